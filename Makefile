@@ -1,0 +1,41 @@
+# The two commands a newcomer runs: `make reproduce` and `make test`. Each builds .venv when missing.
+# torch is installed first (2.13.0: the local CPU build here, the standard build elsewhere) so that nothing
+# else pulls a CUDA build of torch onto a CPU machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.gapo-installed
+PROFILE ?= embedded
+
+# Offline by default: the embedded model and data ship in registry packages; nothing reads a hub at run time.
+export HF_HUB_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export PYTHONUNBUFFERED := 1
+
+.PHONY: venv test reproduce lint clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 >/dev/null
+	touch $(STAMP)
+
+test: venv
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+reproduce: venv
+	$(BIN)/gapo train --params params.yaml --section train
+
+lint: venv
+	$(BIN)/ruff check gapo tests benchmarks
+	$(BIN)/ruff format --check gapo tests benchmarks
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,94 @@
+"""One config dataclass per entry point, filled from a params.yaml section and then from command-line flags.
+
+Each field's docstring-like `help` metadata becomes its `--help` text (cleanrl style). Flags use dashes
+(`--max-steps 40`); booleans take `--flag/--no-flag`; `None` defaults accept the literal `none`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+
+def load_params(path: str | Path, section: str | None = None) -> dict[str, Any]:
+    """Read params.yaml (or one top-level section of it); a missing file or section is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"params file not found: {path}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if section is None:
+        return data
+    if section not in data:
+        raise KeyError(f"section {section!r} not in {path} (sections: {', '.join(data) or 'none'})")
+    return dict(data[section] or {})
+
+
+def _base_type(annotation: Any) -> tuple[type, bool]:
+    """(scalar type, optional?) for an annotation such as `int | None` or `list[str]`."""
+    if isinstance(annotation, str):
+        annotation = eval(annotation, vars(typing) | {"list": list, "dict": dict})  # noqa: S307 - our own annotations
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _base_type(args[0])[0], True
+    if origin in (list, tuple):
+        return list, False
+    return annotation, False
+
+
+def _parse_scalar(kind: type, optional: bool) -> Any:
+    def parse(text: str) -> Any:
+        if optional and text.lower() in ("none", "null", ""):
+            return None
+        if kind is list:
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--params", default="params.yaml", help="params file to read defaults from")
+    parser.add_argument("--section", default=None, help="section of the params file (default: the command's)")
+    parser.add_argument("--no-params", action="store_true", help="ignore the params file; use built-in defaults")
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind, optional = _base_type(hints[f.name])
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f.metadata.get("help", "")
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type=_parse_scalar(kind, optional), default=None, help=help_text)
+    return parser
+
+
+def config_from_cli(cls: type[T], argv: list[str] | None, prog: str, section: str, description: str) -> T:
+    """Defaults of `cls`, overridden by params.yaml[section], overridden by flags given on the command line."""
+    parser = build_parser(cls, prog, description)
+    ns = parser.parse_args(argv)
+    values: dict[str, Any] = {}
+    if not ns.no_params and Path(ns.params).is_file():
+        values.update(load_params(ns.params, ns.section or section))
+    elif not ns.no_params and ns.params != "params.yaml":
+        parser.error(f"params file not found: {ns.params}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        parser.error(f"unknown keys in {ns.params} [{ns.section or section}]: {', '.join(unknown)}")
+    values.update({k: v for k, v in vars(ns).items() if k in names and v is not None})
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+        raise  # unreachable: parser.error exits

@@ -1,0 +1,232 @@
+"""`gapo train`: GAPO with LoRA on synthetic list-selection prompts, from params.yaml (section `train`) plus flags.
+
+How this run differs from plain GRPO: the reward is `gapo.rewards.frequency_reward`, a *group* reward computed over
+all G completions of a prompt (the paper's frequency-aware reward); everything else is TRL's GRPO.
+
+    # CPU, the offline default model (about 40 s a step at G=16 on 2 cores)
+    gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded
+    # interrupted? continue from the last checkpoint (at most `save_steps` steps are lost)
+    gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded --resume
+    # GPUs, the paper's setting (Unsloth when importable)
+    gapo train --model Qwen/Qwen2.5-7B-Instruct --num-generations 32 --lora-r 64 --gradient-accumulation-steps 8
+
+Output directory::
+
+    adapter/            the final LoRA adapter (written atomically at the end)
+    checkpoint-N/       TRL checkpoints every `save_steps` steps (for --resume)
+    metrics.jsonl       one JSON object per logged step
+    metrics.json        final summary + the config
+    config.json         the resolved TrainConfig
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    """Everything a GAPO training run needs; params.yaml's `train` section mirrors it."""
+
+    model: str = field(default="embedded", metadata={"help": "hub id, local directory, 'embedded' or 'tiny-random'"})
+    output_dir: str = field(default="runs/gapo", metadata={"help": "where the adapter, checkpoints and metrics go"})
+    seed: int = field(default=0, metadata={"help": "seed for data, sampling and LoRA init"})
+    num_prompts: int = field(default=512, metadata={"help": "size of the synthetic training set"})
+    min_items: int = field(default=4, metadata={"help": "shortest list in a prompt"})
+    max_items: int = field(default=12, metadata={"help": "longest list in a prompt"})
+    categories: list[str] | None = field(default=None, metadata={"help": "comma-separated subset of categories"})
+    response_prefix: str | None = field(default=None, metadata={"help": "pre-filled answer start, e.g. '<answer>'"})
+    num_generations: int = field(default=32, metadata={"help": "G, completions per prompt (paper: 32)"})
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "completions per device micro-batch"})
+    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
+    max_steps: int = field(default=40, metadata={"help": "optimizer steps"})
+    learning_rate: float = field(default=1e-5, metadata={"help": "paper: 1e-5"})
+    lora_r: int = field(default=64, metadata={"help": "LoRA rank (paper: 64)"})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (paper: 32)"})
+    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout (paper: 0.1)"})
+    lora_target_modules: list[str] | None = field(default=None, metadata={"help": "default: all attention+MLP"})
+    max_completion_length: int = field(default=16, metadata={"help": "tokens generated per completion"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature during training"})
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient (paper: 0)"})
+    save_steps: int = field(default=10, metadata={"help": "checkpoint interval in steps (what --resume can lose)"})
+    save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept"})
+    logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
+    shared_prompt_forward: bool = field(default=True, metadata={"help": "encode each prompt once per group"})
+    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in output_dir"})
+
+    def __post_init__(self) -> None:
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations must be at least 2, got {self.num_generations}")
+        if self.max_steps <= 0 or self.num_prompts <= 0:
+            raise ValueError("max_steps and num_prompts must be positive")
+        if isinstance(self.categories, str):
+            self.categories = [c.strip() for c in self.categories.split(",") if c.strip()]
+
+
+def gapo_config(cfg: TrainConfig) -> Any:
+    """The GAPOConfig (TRL arguments) for a TrainConfig; raises the config errors before any model loads."""
+    from gapo.trainer import GAPOConfig
+
+    extra = {"lora_target_modules": cfg.lora_target_modules} if cfg.lora_target_modules else {}
+    return GAPOConfig(
+        output_dir=cfg.output_dir,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        num_generations=cfg.num_generations,
+        per_device_train_batch_size=cfg.per_device_train_batch_size,
+        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        lora_r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        beta=cfg.beta,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        logging_steps=cfg.logging_steps,
+        shared_prompt_forward=cfg.shared_prompt_forward,
+        **extra,
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Logging callback: metrics.jsonl, one line per logged step
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _metrics_callback(path: Path) -> Any:
+    from transformers import TrainerCallback
+
+    class JsonlMetrics(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
+            if not state.is_world_process_zero or not logs or "loss" not in logs and "reward" not in logs:
+                return
+            row = {"step": state.global_step, "time": time.time(), **logs}
+            with open(path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(row) + "\n")
+
+    return JsonlMetrics()
+
+
+def _trim_metrics(path: Path, last_step: int) -> None:
+    """On resume, drop logged steps after the checkpoint we restart from (they will be redone)."""
+    if not path.is_file():
+        return
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    kept = [r for r in rows if r.get("step", 0) <= last_step]
+    _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def last_checkpoint(output_dir: str | Path) -> Path | None:
+    ckpts = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
+    return max(ckpts, key=lambda p: int(p.name.split("-")[-1])) if ckpts else None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The run
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def train(cfg: TrainConfig) -> dict[str, Any]:
+    """Run GAPO training; returns the final summary (also written to output_dir/metrics.json)."""
+    from gapo import models
+    from gapo.data import make_list_selection_dataset, validate_items_column
+    from gapo.rewards import frequency_reward
+    from gapo.trainer import GAPOTrainer, load_policy
+
+    # Everything that can be wrong is checked before the model loads.
+    args = gapo_config(cfg)
+    models.check_model_name(cfg.model)
+    dataset = make_list_selection_dataset(
+        cfg.num_prompts, cfg.seed, cfg.min_items, cfg.max_items, cfg.categories, cfg.response_prefix
+    )
+    validate_items_column(dataset)
+    out = Path(cfg.output_dir)
+    resume_from = last_checkpoint(out) if cfg.resume else None
+    if cfg.resume and resume_from is None:
+        logger.warning("--resume: no checkpoint in %s, starting from scratch", out)
+    if not cfg.resume and (out / "adapter").exists():
+        raise FileExistsError(f"{out} already holds a finished run; pass --resume or another --output-dir")
+    out.mkdir(parents=True, exist_ok=True)
+    metrics_path = out / "metrics.jsonl"
+    if resume_from is not None:
+        _trim_metrics(metrics_path, int(resume_from.name.split("-")[-1]))
+    elif metrics_path.exists():
+        metrics_path.unlink()
+    _write_atomic(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
+
+    model, tokenizer, peft_config = load_policy(cfg.model, args)
+    trainer = GAPOTrainer(
+        model=model,
+        reward_funcs=[frequency_reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=[_metrics_callback(metrics_path)],
+    )
+    start = time.time()
+    trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
+    elapsed = time.time() - start
+
+    summary = summarize(metrics_path)
+    summary.update({"train_seconds": elapsed, "config": dataclasses.asdict(cfg)})
+    if trainer.accelerator.is_main_process:
+        adapter_dir = out / "adapter"
+        tmp = Path(tempfile.mkdtemp(dir=out, prefix="adapter.partial-"))
+        try:
+            trainer.model.save_pretrained(str(tmp))
+            tokenizer.save_pretrained(str(tmp))
+            if adapter_dir.exists():
+                shutil.rmtree(adapter_dir)
+            os.replace(tmp, adapter_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _write_atomic(out / "metrics.json", json.dumps(summary, indent=2))
+    return summary
+
+
+KEY_METRICS = ("reward", "rewards/mean", "diversity/valid_fraction", "diversity/group_jsd", "train/frac_zero_std_groups")
+
+
+def summarize(metrics_path: Path) -> dict[str, Any]:
+    """First/last values and the per-step series of the key metrics in metrics.jsonl."""
+    rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()] if metrics_path.exists() else []
+    series = {k: [r[k] for r in rows if k in r] for k in KEY_METRICS}
+    return {
+        "steps": rows[-1]["step"] if rows else 0,
+        "first": {k: v[0] for k, v in series.items() if v},
+        "last": {k: v[-1] for k, v in series.items() if v},
+        "series": series,
+    }
+
+
+def cli(argv: list[str] | None = None) -> int:
+    from gapo.config import config_from_cli
+
+    cfg = config_from_cli(TrainConfig, argv, "gapo train", "train", "Train a LoRA adapter with GAPO.")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    summary = train(cfg)
+    print(json.dumps({"output_dir": cfg.output_dir, "steps": summary["steps"], "last": summary["last"]}))
+    return 0

@@ -1,0 +1,329 @@
+"""GAPOTrainer: TRL's GRPOTrainer with group-aware rewards.
+
+How GAPO differs from GRPO (Anschel et al. 2025, section 4), and nothing else:
+
+1. A reward function may be a *group reward* (`gapo.rewards.group_reward`): it is called once per group with the G
+   completions of one prompt and returns G rewards, r = R(o_1..o_G), so it can see frequency, coverage, etc.
+2. Those rewards then go through GRPO's usual advantage (r_i - mean) / std and clipped surrogate, unchanged.
+
+Why an override is needed: TRL calls reward functions on each process's local slice of the generation batch, and a
+group of G completions can be split across processes (huggingface/trl#3896). GAPOTrainer gathers the prompts,
+completions and dataset columns of every process, calls each group reward on whole groups (on the main process,
+then broadcasts, so a non-deterministic reward is still consistent), and returns the global reward matrix that
+TRL slices per process, so two processes give the same rewards as one.
+
+Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process 1's, ...)::
+
+    global rows:  [p0 p0 p0 p0 | p1 p1 p1 p1 | ...]     G = 4 rows per group, groups contiguous
+    process 0:    [p0 p0 | ...]  process 1: [p0 p0 | ...]   <- a group split in halves on 2 processes
+
+Also here: GAPOConfig (the paper's defaults, device-aware precision), the LoRA config, the one switch between
+Unsloth (CUDA with unsloth importable) and PEFT, and the per-step diversity metrics.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import broadcast_object_list, gather_object
+from trl import GRPOConfig, GRPOTrainer
+
+from gapo.rewards import completion_text, extract_answer, is_group_reward, validate_group_rewards
+
+logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class GAPOConfig(GRPOConfig):
+    """GRPOConfig with the paper's settings (Appendix F) where TRL's defaults differ, plus LoRA and speed switches.
+
+    Precision follows the device: on CUDA bf16 with gradient checkpointing (TRL's defaults); on CPU float32 without
+    checkpointing, since CPUs without bf16 units spend tens of minutes per step in bf16 backward.
+    """
+
+    num_generations: int | None = field(default=32, metadata={"help": "G, completions per prompt (paper: 32)."})
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient; the paper uses no KL penalty."})
+    learning_rate: float = field(default=1e-5, metadata={"help": "Paper: 1e-5."})
+    bf16: bool | None = field(default=None, metadata={"help": "None: True on CUDA with bf16 support, else False."})
+    gradient_checkpointing: bool | None = field(default=None, metadata={"help": "None: True on CUDA, else False."})
+    report_to: Any = field(default="none", metadata={"help": "Where to send logs (TRL/transformers integrations)."})
+    lora_r: int = field(default=64, metadata={"help": "LoRA rank (paper: 64)."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (paper: 32)."})
+    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout (paper: 0.1)."})
+    lora_target_modules: list[str] | str = field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata={"help": "Modules that get LoRA adapters."},
+    )
+    shared_prompt_forward: bool = field(
+        default=True,
+        metadata={"help": "Encode each group's prompt once in the log-prob pass (gapo.prefix); same loss, less work."},
+    )
+
+    def __post_init__(self) -> None:
+        if self.num_generations is not None and self.num_generations < 2:
+            raise ValueError(f"num_generations must be at least 2 (a group needs a baseline), got {self.num_generations}")
+        cuda = torch.cuda.is_available() and not self.use_cpu
+        if self.bf16 is None:
+            self.bf16 = bool(cuda and torch.cuda.is_bf16_supported()) and not self.fp16
+        if self.gradient_checkpointing is None:
+            self.gradient_checkpointing = cuda
+        if not cuda:
+            self.use_cpu = True  # lets `torchrun --nproc_per_node 2` train with gloo on CPU
+        super().__post_init__()
+
+
+def lora_config(args: GAPOConfig) -> Any:
+    """The PEFT LoRA config for a GAPOConfig (used on the PEFT path; Unsloth gets the same numbers)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        target_modules=args.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def use_unsloth(args: GAPOConfig) -> bool:
+    """The one backend switch: Unsloth on CUDA when it is importable, PEFT everywhere else."""
+    return torch.cuda.is_available() and not args.use_cpu and importlib.util.find_spec("unsloth") is not None
+
+
+def load_policy(model_name: str, args: GAPOConfig, max_seq_length: int = 1024) -> tuple[Any, Any, Any]:
+    """Load `(model, tokenizer, peft_config)` for training; pass all three to GAPOTrainer.
+
+    Unsloth path: FastLanguageModel with LoRA applied here (peft_config None). PEFT path: gapo.models loads the
+    model and the trainer applies `lora_config(args)`. Everything after this call is the same code.
+    """
+    from gapo import models
+
+    if use_unsloth(args):  # pragma: no cover - needs CUDA
+        from unsloth import FastLanguageModel
+
+        path = models.resolve_model_path(model_name)
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            model_name=path, max_seq_length=max_seq_length, load_in_4bit=False, dtype=None
+        )
+        model = FastLanguageModel.get_peft_model(
+            model,
+            r=args.lora_r,
+            lora_alpha=args.lora_alpha,
+            lora_dropout=args.lora_dropout,
+            target_modules=args.lora_target_modules,
+            use_gradient_checkpointing="unsloth" if args.gradient_checkpointing else False,
+            random_state=args.seed,
+        )
+        return model, tokenizer, None
+    model, tokenizer = models.load_model_and_tokenizer(model_name, device="cpu" if args.use_cpu else None)
+    model.train()
+    return model, tokenizer, lora_config(args)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Group bookkeeping (pure functions, tested directly)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def split_groups(num_rows: int, group_size: int) -> list[range]:
+    """Row ranges of the contiguous groups of a gathered generation batch."""
+    if num_rows % group_size:
+        raise ValueError(f"{num_rows} gathered completions do not split into groups of {group_size}")
+    return [range(start, start + group_size) for start in range(0, num_rows, group_size)]
+
+
+def compute_group_rewards(
+    reward_func: Any,
+    name: str,
+    prompts: list[Any],
+    completions: list[Any],
+    columns: dict[str, list[Any]],
+    group_size: int,
+    **extra: Any,
+) -> list[float]:
+    """Call a group reward once per whole group of a gathered batch; returns one reward per row, in row order."""
+    rewards: list[float] = []
+    for rows in split_groups(len(prompts), group_size):
+        group_prompts = [prompts[i] for i in rows]
+        if any(p != group_prompts[0] for p in group_prompts):
+            raise RuntimeError(f"rows {rows.start}..{rows.stop - 1} mix prompts: generation batch is not grouped")
+        out = reward_func(
+            prompts=group_prompts,
+            completions=[completions[i] for i in rows],
+            **{key: [values[i] for i in rows] for key, values in columns.items()},
+            **extra,
+        )
+        rewards.extend(validate_group_rewards(name, out, group_size))
+    return rewards
+
+
+def group_diversity_stats(
+    prompts: list[Any], completions: list[Any], items: list[Any], group_size: int
+) -> dict[str, float]:
+    """Valid fraction and mean JSD-from-uniform of the training groups (for list-selection data)."""
+    from gapo.metrics import jsd_from_uniform
+
+    answers = [extract_answer(completion_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
+    valid = [a is not None and a in set(items[i]) for i, a in enumerate(answers)]
+    jsds = [
+        jsd_from_uniform([answers[i] for i in rows], items[rows.start]) for rows in split_groups(len(answers), group_size)
+    ]
+    return {"valid_fraction": sum(valid) / len(valid), "group_jsd": sum(jsds) / len(jsds)}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Trainer
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class GAPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose `reward_funcs` may include group rewards (see module docstring).
+
+    Takes TRL's arguments: `model, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config, ...`.
+    Logged per step, besides TRL's metrics: `rewards/mean`, `rewards/std`, `diversity/valid_fraction`,
+    `diversity/group_jsd` (mean JSD of the training groups from uniform over their items, when the dataset has an
+    `items` column) and `train/frac_zero_std_groups`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        train_dataset = kwargs.get("train_dataset")
+        if train_dataset is not None and "items" in getattr(train_dataset, "column_names", []):
+            from gapo.data import validate_items_column
+
+            validate_items_column(train_dataset)
+        super().__init__(*args, **kwargs)
+        self._shared_prompt_note: str | None = None
+
+    # -- prompts -------------------------------------------------------------------------------------------------
+
+    def _tokenize_prompts(self, prompts: list):  # noqa: ANN202
+        """Continue a pre-filled assistant turn instead of closing it.
+
+        TRL 1.16 renders every conversational prompt with `add_generation_prompt=True`, so a prompt ending in an
+        assistant message (a response prefix such as "<answer>") is closed with <|im_end|> and generation starts a
+        *new* assistant turn: the prefix is silently lost. Prompts ending with an assistant turn are rendered with
+        `continue_final_message=True` here, as TRL's own `apply_chat_template` does for datasets.
+        """
+        prefilled = [isinstance(p, list) and p and p[-1].get("role") == "assistant" for p in prompts]
+        if not any(prefilled) or self._is_vlm or self.environment_factories is not None:
+            return super()._tokenize_prompts(prompts)
+        prompt_ids = []
+        for prompt, cont in zip(prompts, prefilled, strict=True):
+            ids = self.processing_class.apply_chat_template(
+                prompt,
+                tools=self.tools or None,
+                chat_template=self.chat_template,
+                add_generation_prompt=not cont,
+                continue_final_message=cont,
+                tokenize=True,
+                return_dict=True,
+                **self.chat_template_kwargs,
+            )["input_ids"]
+            prompt_ids.append(list(ids[0] if ids and isinstance(ids[0], list) else ids))
+        return prompt_ids, None, {}
+
+    # -- rewards -------------------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        group_idx = [i for i, f in enumerate(self.reward_funcs) if is_group_reward(f)]
+        if not group_idx:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        local_idx = [i for i in range(len(self.reward_funcs)) if i not in group_idx]
+        device = self.accelerator.device
+
+        # Gather everything a group reward may read, in global row order.
+        keys = [k for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")]
+        all_prompts = gather_object(list(prompts))
+        all_completions = gather_object(list(completions))
+        all_columns = {k: gather_object([x[k] for x in inputs]) for k in keys}
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+
+        rewards = torch.full((len(all_prompts), len(self.reward_funcs)), torch.nan, device=device)
+        if local_idx:
+            rewards[:, local_idx] = self._per_completion_rewards(
+                local_idx, inputs, prompts, completions, completion_ids_list
+            )
+        payload: list[Any] = [None]
+        if self.accelerator.is_main_process:
+            payload = [
+                [
+                    compute_group_rewards(
+                        self.reward_funcs[i],
+                        self.reward_func_names[i],
+                        all_prompts,
+                        all_completions,
+                        all_columns,
+                        group_size,
+                        trainer_state=self.state,
+                    )
+                    for i in group_idx
+                ]
+            ]
+        payload = broadcast_object_list(payload, from_process=0)
+        for column, values in zip(group_idx, payload[0], strict=True):
+            rewards[:, column] = torch.tensor(values, dtype=torch.float32, device=device)
+        self._log_group_metrics(mode, rewards, all_prompts, all_completions, all_columns, group_size)
+        return rewards
+
+    def _per_completion_rewards(self, local_idx, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        """TRL's own path for the per-completion functions only (local slice, then gathered by TRL)."""
+        saved = (self.reward_funcs, self.reward_processing_classes, self.reward_func_names)
+        try:
+            self.reward_funcs = [saved[0][i] for i in local_idx]
+            self.reward_processing_classes = [saved[1][i] for i in local_idx]
+            self.reward_func_names = [saved[2][i] for i in local_idx]
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self.reward_funcs, self.reward_processing_classes, self.reward_func_names = saved
+
+    def _log_group_metrics(self, mode, rewards, prompts, completions, columns, group_size):  # noqa: ANN001, ANN202
+        weights = self.reward_weights.to(rewards.device)
+        total = (rewards * weights).nansum(dim=1)  # (B_global,)
+        grouped = total.view(-1, group_size)  # (num_groups, G)
+        metrics = self._metrics[mode]
+        metrics["rewards/mean"].append(total.mean().item())
+        metrics["rewards/std"].append(total.std().item() if total.numel() > 1 else 0.0)
+        zero_std = torch.isclose(grouped.std(dim=1), torch.zeros(1, device=grouped.device))
+        metrics["train/frac_zero_std_groups"].append(zero_std.float().mean().item())
+        if "items" in columns:
+            stats = group_diversity_stats(prompts, completions, columns["items"], group_size)
+            metrics["diversity/valid_fraction"].append(stats["valid_fraction"])
+            metrics["diversity/group_jsd"].append(stats["group_jsd"])
+
+    # -- shared-prompt log-prob pass -----------------------------------------------------------------------------
+
+    def _get_per_token_logps_and_entropies(  # noqa: ANN202
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,  # noqa: ANN001
+        compute_aux_loss=False, **kwargs,  # noqa: ANN001
+    ):
+        multimodal = any(v is not None for v in kwargs.values())
+        if self.args.shared_prompt_forward and not multimodal and not compute_aux_loss:
+            from gapo import prefix
+
+            try:
+                logps, entropies = prefix.shared_prompt_logps(
+                    model,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    compute_entropy=compute_entropy,
+                    temperature=self.temperature,
+                )
+                return logps, entropies, None
+            except prefix.Unsupported as why:
+                if self._shared_prompt_note != str(why):
+                    self._shared_prompt_note = str(why)
+                    logger.info("shared-prompt forward off: %s; using TRL's path", why)
+        return super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **kwargs
+        )
+

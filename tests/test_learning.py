@@ -1,0 +1,89 @@
+"""GAPO really learns: a tiny model first fitted to always answer the first item (collapsed) moves toward uniform.
+
+Real optimisation end to end on CPU: supervised fitting of a small random Qwen2 to "<answer>{first item}</answer>",
+then GAPO steps with the frequency-aware reward; the JSD from uniform of 64 samples must fall clearly.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gapo.data import chat_prompt, list_prompt
+from gapo.metrics import jsd_from_uniform
+from gapo.models import TinyRandomSpec, load_model_and_tokenizer
+from gapo.rewards import extract_answer, frequency_reward
+from gapo.trainer import GAPOConfig, GAPOTrainer
+
+ITEMS = ["A", "B", "C", "D"]  # single tokens after "<answer>": a tiny model can represent the distribution
+PREFIX = "<answer>"
+
+
+def sample_answers(model, tokenizer, n: int, seed: int) -> list[str | None]:  # noqa: ANN001
+    text = tokenizer.apply_chat_template(chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False,
+                                         continue_final_message=True)
+    ids = tokenizer(text, return_tensors="pt").input_ids
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        out = model.generate(ids, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=6, num_return_sequences=n,
+                             pad_token_id=tokenizer.pad_token_id)
+    texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+    return [extract_answer(PREFIX + t) for t in texts]
+
+
+def collapse(model, tokenizer, weights=(0.85, 0.05, 0.05, 0.05), steps: int = 50) -> None:  # noqa: ANN001
+    """Fit the model to a mode-collapsed answer distribution: mostly ITEMS[0], the others rarely (as the real model,
+    which still samples its minority answers; a policy that never samples an item cannot be taught it by RL)."""
+    prompt = tokenizer.apply_chat_template(chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False,
+                                           continue_final_message=True)
+    # Tokenised apart, as in generation: "<answer>" + "Lion" would otherwise merge into the token ">L".
+    prompt_ids = tokenizer(prompt).input_ids
+    answers = [tokenizer(f"{item}</answer>", add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+               for item in ITEMS]
+    width = len(prompt_ids) + max(map(len, answers))
+    ids = torch.full((len(ITEMS), width), tokenizer.pad_token_id)
+    labels = torch.full((len(ITEMS), width), -100)
+    for row, answer in enumerate(answers):
+        seq = prompt_ids + answer
+        ids[row, : len(seq)] = torch.tensor(seq)
+        labels[row, len(prompt_ids) : len(seq)] = torch.tensor(answer)
+    mask = (labels != -100).long()
+    mask[:, : len(prompt_ids)] = 1
+    w = torch.tensor(weights)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model.train()
+    for _ in range(steps):
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels[:, 1:], reduction="none").sum(1)
+        loss = (w * nll).sum()  # the weighted sequence NLL: its minimum is the target answer distribution
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+
+
+@pytest.mark.timeout(900)
+def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
+    import datasets
+
+    spec = TinyRandomSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, seed=1)
+    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu", tiny_spec=spec)
+    collapse(model, tokenizer)
+    before = sample_answers(model, tokenizer, 64, seed=0)
+    jsd_before = jsd_from_uniform(before, ITEMS)
+    assert before.count(ITEMS[0]) >= 40, before  # collapsed onto the first item
+
+    rows = [{"prompt": chat_prompt(list_prompt(ITEMS), PREFIX), "items": ITEMS}] * 64
+    args = GAPOConfig(output_dir=str(tmp_path / "gapo"), num_generations=16, per_device_train_batch_size=16,
+                      max_steps=15, max_completion_length=6, learning_rate=1e-3, logging_steps=5,
+                      save_strategy="no", seed=0)
+    trainer = GAPOTrainer(model=model, reward_funcs=[frequency_reward], args=args,
+                          train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
+                          peft_config=None)  # full-parameter: LoRA's own steps are covered in test_trainer
+    trainer.train()
+    after = sample_answers(trainer.model.eval(), tokenizer, 64, seed=0)
+    jsd_after = jsd_from_uniform(after, ITEMS)
+    print(f"JSD before {jsd_before:.3f} after {jsd_after:.3f}; after: {sorted(map(str, after))}")
+    assert jsd_after < jsd_before - 0.1  # measured here: 0.48 -> 0.24
+    assert len({a for a in after if a in ITEMS}) >= 3
