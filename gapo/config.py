@@ -81,14 +81,13 @@ def config_from_cli(cls: type[T], argv: list[str] | None, prog: str, section: st
     if not ns.no_params and Path(ns.params).is_file():
         values.update(load_params(ns.params, ns.section or section))
     elif not ns.no_params and ns.params != "params.yaml":
-        parser.error(f"params file not found: {ns.params}")
+        raise FileNotFoundError(f"params file not found: {ns.params}")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
-        parser.error(f"unknown keys in {ns.params} [{ns.section or section}]: {', '.join(unknown)}")
+        raise ValueError(f"unknown keys in {ns.params} [{ns.section or section}]: {', '.join(unknown)}")
     values.update({k: v for k, v in vars(ns).items() if k in names and v is not None})
     try:
         return cls(**values)
-    except (TypeError, ValueError) as err:
-        parser.error(str(err))
-        raise  # unreachable: parser.error exits
+    except TypeError as err:  # a wrongly typed value in params.yaml
+        raise ValueError(f"{prog}: {err}") from err
