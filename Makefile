@@ -30,12 +30,14 @@ $(STAMP): pyproject.toml
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# The whole pipeline (data -> training -> every figure and table) for a profile: embedded (default), smoke, paper.
 reproduce: venv
-	$(BIN)/gapo train --params params.yaml --section train
+	$(BIN)/python -m gapo.pipeline use $(PROFILE)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
 
 lint: venv
-	$(BIN)/ruff check gapo tests benchmarks
-	$(BIN)/ruff format --check gapo tests benchmarks
+	$(BIN)/ruff check gapo tests benchmarks notebooks
+	$(BIN)/ruff format --check gapo tests benchmarks notebooks
 
 clean-venv:
 	rm -rf $(VENV)

@@ -1,0 +1,183 @@
+"""Diversity and uniformity metrics of the paper (sections 6.1-6.3, Table 8), as pure functions.
+
+Why a module of its own: every experiment and notebook reduces samples with these, and the numbers must mean the
+same thing everywhere. All functions take plain Python sequences (or an array for embeddings) and return floats
+or small immutable values; none loads a model.
+
+- `jsd_from_uniform`: how far a sampled answer distribution is from uniform over the offered items (6.1, Table 8 JS).
+- `unique_curve` / `unique_at`: distinct answers after each sample (6.2, Unique@500).
+- `self_bleu` (report ``1 - self_bleu``) and `mean_pairwise_cosine_distance`: lexical and semantic diversity (6.3).
+- `coverage`: share of the offered items sampled at least once.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Label of the extra bin for answers that are not one of the valid items (the paper's "NV").
+INVALID = "NV"
+
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _valid_set(valid_items: Sequence[str]) -> list[str]:
+    """Distinct valid items in first-seen order; an empty list is a caller error."""
+    items = list(dict.fromkeys(valid_items))
+    if not items:
+        raise ValueError("the list of valid items is empty")
+    return items
+
+
+@dataclass(frozen=True)
+class AnswerDistribution:
+    """Counts of each valid item (in list order) plus the invalid bin."""
+
+    items: tuple[str, ...]
+    counts: tuple[int, ...]
+    invalid: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts) + self.invalid
+
+    def probabilities(self) -> np.ndarray:
+        """Empirical distribution over ``items + [INVALID]`` (length L + 1, sums to 1)."""
+        if self.total == 0:
+            raise ValueError("no answers: the distribution is undefined")
+        return np.array([*self.counts, self.invalid], dtype=float) / self.total
+
+    def as_dict(self) -> dict[str, int]:
+        """``{item: count, ..., INVALID: count}`` (an item literally named like INVALID would be merged; avoid it)."""
+        return {**dict(zip(self.items, self.counts, strict=True)), INVALID: self.invalid}
+
+
+def answer_distribution(answers: Sequence[str | None], valid_items: Sequence[str]) -> AnswerDistribution:
+    """Count answers per valid item (exact string match); None and anything else go to the invalid bin.
+
+    >>> answer_distribution(["a", "a", "b", None, "z"], ["a", "b", "c"])
+    AnswerDistribution(items=('a', 'b', 'c'), counts=(2, 1, 0), invalid=2)
+    """
+    items = _valid_set(valid_items)
+    counter = Counter(answers)
+    counts = tuple(counter.get(item, 0) for item in items)
+    return AnswerDistribution(tuple(items), counts, len(answers) - sum(counts))
+
+
+def _kl2(p: np.ndarray, q: np.ndarray) -> float:
+    """KL(p || q) in bits, with 0 log 0 = 0 (q > 0 wherever p > 0 is the caller's job)."""
+    mask = p > 0
+    return float(np.sum(p[mask] * np.log2(p[mask] / q[mask])))
+
+
+def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
+    """Base-2 Jensen-Shannon divergence of two distributions on the same support; in [0, 1]."""
+    m = 0.5 * (p + q)
+    value = 0.5 * _kl2(p, m) + 0.5 * _kl2(q, m)
+    return float(min(1.0, max(0.0, value)))  # clip float noise
+
+
+def jsd_from_uniform(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Base-2 JSD between the answers' distribution over ``valid items + invalid`` and uniform over the valid items.
+
+    The target puts 1/L on each of the L distinct valid items and 0 on the invalid bin (the paper's 12.5% each for
+    its 8-item lists). 0 means perfectly uniform and always valid; 1 means every answer invalid (disjoint support).
+    Example: L = 2 and answers (a, a): P = (1, 0, 0), Q = (1/2, 1/2, 0), M = (3/4, 1/4, 0), so
+    JSD = 1/2 * log2(4/3) + 1/2 * (1/2 log2(2/3) + 1/2 log2(2)) = 0.311.
+    """
+    dist = answer_distribution(answers, valid_items)
+    p = dist.probabilities()
+    q = np.array([1.0 / len(dist.items)] * len(dist.items) + [0.0])
+    return jensen_shannon(p, q)
+
+
+def coverage(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Share of the distinct valid items that were answered at least once; in [0, 1]."""
+    items = _valid_set(valid_items)
+    seen = set(answers)
+    return sum(item in seen for item in items) / len(items)
+
+
+def normalize_answer(answer: str | None) -> str | None:
+    """Canonical form for counting distinct open-set answers; None when nothing is left.
+
+    Unicode NFKC, casefold, collapse whitespace, then strip punctuation and symbols at both ends (trailing ".",
+    "!", surrounding quotes or ``**`` markdown). "  The Great  Gatsby. " and '"the great gatsby"' are the same.
+    """
+    if answer is None:
+        return None
+    text = _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", answer).casefold()).strip()
+    start, end = 0, len(text)
+    while start < end and _is_edge_noise(text[start]):
+        start += 1
+    while end > start and _is_edge_noise(text[end - 1]):
+        end -= 1
+    text = text[start:end].strip()
+    return text or None
+
+
+def _is_edge_noise(char: str) -> bool:
+    return char.isspace() or unicodedata.category(char)[0] in ("P", "S")
+
+
+def unique_curve(answers: Sequence[str | None]) -> list[int]:
+    """Cumulative number of distinct normalised answers after each sample (None / empty answers add nothing).
+
+    >>> unique_curve(["Paris", "paris.", None, "Rome"])
+    [1, 1, 1, 2]
+    """
+    seen: set[str] = set()
+    curve = []
+    for answer in answers:
+        key = normalize_answer(answer)
+        if key is not None:
+            seen.add(key)
+        curve.append(len(seen))
+    return curve
+
+
+def unique_at(answers: Sequence[str | None], n: int) -> int:
+    """Distinct normalised answers among the first `n` (Unique@n); needs at least n answers."""
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    if len(answers) < n:
+        raise ValueError(f"unique@{n} needs {n} answers, got {len(answers)}")
+    return unique_curve(answers[:n])[-1]
+
+
+def self_bleu(texts: Sequence[str]) -> float:
+    """Mean sentence BLEU of each text against all the others, in [0, 1] (sacrebleu: 13a tokens, exp smoothing).
+
+    High means the texts repeat each other; the paper reports ``1 - self_bleu`` as lexical diversity.
+    Identical texts give 1; texts sharing no words give ~0. Empty texts are scored, never an error.
+    """
+    from sacrebleu.metrics import BLEU
+
+    if len(texts) < 2:
+        raise ValueError(f"self-BLEU needs at least 2 texts, got {len(texts)}")
+    bleu = BLEU(effective_order=True)
+    scores = []
+    for i, text in enumerate(texts):
+        refs = [t for j, t in enumerate(texts) if j != i]
+        scores.append(bleu.sentence_score(text, refs).score / 100.0)
+    return float(min(1.0, max(0.0, sum(scores) / len(scores))))
+
+
+def mean_pairwise_cosine_distance(embeddings: np.ndarray | Sequence[Sequence[float]]) -> float:
+    """Mean of ``1 - cos(e_i, e_j)`` over all pairs i < j; in [0, 2]. Zero vectors are treated as orthogonal."""
+    x = np.asarray(embeddings, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise ValueError(f"need an (n >= 2, d) array of embeddings, got shape {x.shape}")
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    unit = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    sims = unit @ unit.T  # (n, n)
+    n = x.shape[0]
+    upper = sims[np.triu_indices(n, k=1)]
+    value = float(np.mean(1.0 - upper))
+    return float(min(2.0, max(0.0, value))) if math.isfinite(value) else float("nan")

@@ -1,0 +1,438 @@
+"""The reproduction pipeline's glue: profiles -> per-stage parameters, models -> samplers, atomic result files.
+
+Why this module exists: each notebook in notebooks/ is one DVC stage (dvc.yaml) and stays thin. It receives only
+``profile`` (and ``params_file``) from papermill, asks `stage_params` for its resolved sections, and calls `gapo`.
+A profile is a named set of per-section overrides in params.yaml: the top-level sections are the ``embedded``
+profile, ``profiles.<name>.<section>`` changes them (key by key; the name -> spec mappings ``models`` and
+``policies`` are replaced whole). So the committed params.yaml says, in one place, what every profile runs.
+
+    from gapo import pipeline
+    P = pipeline.stage_params("uniformity", profile="smoke")
+    P["uniformity"]["n"], P["models"]["gapo"]["adapter"]
+
+From a shell (the lead may expose these as ``gapo pipeline ...``)::
+
+    python -m gapo.pipeline check smoke             # exit 2 with one line for an unknown profile or bad params
+    python -m gapo.pipeline use paper               # set `profile:` in params.yaml (what `dvc repro` then runs)
+    python -m gapo.pipeline show smoke uniformity   # the resolved parameters of one stage (or of all)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_PARAMS = "params.yaml"
+DEFAULT_PROFILE = "embedded"
+
+#: Sections whose profile value replaces the embedded one whole (they map names to specs; merging would mix models).
+REPLACED_SECTIONS: frozenset[str] = frozenset({"models", "policies"})
+
+#: Stage -> the params.yaml sections its notebook reads (dvc.yaml lists the same ones as params deps).
+STAGES: dict[str, tuple[str, ...]] = {
+    "generate": ("data",),
+    "bias": ("models", "sampling", "bias"),
+    "train_gapo": ("data", "train", "policies"),
+    "train_sft": ("data", "sft"),
+    "open_set": ("models", "sampling", "open_set"),
+    "uniformity": ("models", "sampling", "uniformity"),
+    "creativity": ("models", "sampling", "creativity"),
+    "benchmarks": ("models", "sampling", "benchmarks"),
+    "coherence": ("models", "sampling", "coherence"),
+}
+
+#: Stage -> its notebook (run by papermill from the repository root).
+NOTEBOOKS: dict[str, str] = {
+    "generate": "notebooks/00_data.ipynb",
+    "bias": "notebooks/01_bias.ipynb",
+    "train_gapo": "notebooks/02_train_gapo.ipynb",
+    "train_sft": "notebooks/03_train_sft.ipynb",
+    "open_set": "notebooks/04_open_set.ipynb",
+    "uniformity": "notebooks/05_uniformity.ipynb",
+    "creativity": "notebooks/06_creativity.ipynb",
+    "benchmarks": "notebooks/07_benchmarks.ipynb",
+    "coherence": "notebooks/08_coherence.ipynb",
+}
+
+#: Keys of a `models` entry.
+MODEL_SPEC_KEYS = frozenset({"model", "adapter", "min_p", "label"})
+
+#: The paper's Table 1 (Qwen2.5-32B-Instruct, MPNet embeddings): task -> metric -> (baseline, GAPO), with the table's
+#: own "average" row (the text quotes slightly different averages: 0.15 -> 0.39 and 0.52 -> 0.91).
+PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
+    "story": {"embedding_distance": (0.31, 0.44), "one_minus_self_bleu": (0.83, 0.95)},
+    "poem": {"embedding_distance": (0.17, 0.20), "one_minus_self_bleu": (0.73, 0.93)},
+    "haiku": {"embedding_distance": (0.10, 0.21), "one_minus_self_bleu": (0.54, 0.80)},
+    "mystery": {"embedding_distance": (0.40, 0.59), "one_minus_self_bleu": (0.67, 0.93)},
+    "dialogue": {"embedding_distance": (0.21, 0.57), "one_minus_self_bleu": (0.58, 0.85)},
+    "fruit pitch": {"embedding_distance": (0.01, 0.44), "one_minus_self_bleu": (0.16, 0.78)},
+    "joke": {"embedding_distance": (0.15, 0.37), "one_minus_self_bleu": (0.19, 0.37)},
+    "chorus": {"embedding_distance": (0.25, 0.43), "one_minus_self_bleu": (0.65, 0.94)},
+    "average": {"embedding_distance": (0.20, 0.41), "one_minus_self_bleu": (0.54, 0.82)},
+}
+
+#: The paper's Table 8 (Qwen2.5-7B-Instruct): row -> (JS, Unique@500).
+PAPER_TABLE8: dict[str, tuple[float, float]] = {
+    "Qwen2.5 7B": (0.31, 29),
+    "+ Min-p (0.05)": (0.33, 10),
+    "+ Min-p (0.1)": (0.36, 6),
+    "+ SFT": (0.19, 3),
+    "+ GAPO": (0.09, 112),
+}
+
+
+class PipelineError(ValueError):
+    """A profile or params.yaml problem; the message is one line and says what to change."""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Profiles -> parameters
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def read_params(params_file: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
+    path = Path(params_file)
+    if not path.is_file():
+        raise PipelineError(f"params file not found: {path}")
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
+        raise PipelineError(f"{path} has no `profiles:` mapping")
+    return data
+
+
+def profile_names(params_file: str | Path = DEFAULT_PARAMS) -> list[str]:
+    return list(read_params(params_file)["profiles"])
+
+
+def resolve(profile: str | None = None, params_file: str | Path = DEFAULT_PARAMS) -> dict[str, dict[str, Any]]:
+    """Every section of `profile` (default: params.yaml's `profile:`), overrides applied and cross-checked."""
+    data = read_params(params_file)
+    name = profile if profile is not None else data.get("profile", DEFAULT_PROFILE)
+    profiles = data["profiles"]
+    if name not in profiles:
+        raise PipelineError(f"unknown profile {name!r}; params.yaml defines: {', '.join(profiles)}")
+    sections = {key: value for key, value in data.items() if key not in ("profile", "profiles")}
+    overrides = profiles[name] or {}
+    missing = [s for s in sections if s not in overrides]
+    if missing:
+        raise PipelineError(
+            f"profile {name!r} must list every section (use {{}} for no change); missing: {', '.join(missing)}"
+        )
+    resolved: dict[str, dict[str, Any]] = {}
+    for section, base in sections.items():
+        change = overrides.get(section) or {}
+        if section in REPLACED_SECTIONS:
+            resolved[section] = dict(change or base)
+            continue
+        unknown = sorted(set(change) - set(base))
+        if unknown:
+            raise PipelineError(
+                f"profile {name!r} overrides unknown keys of [{section}]: {', '.join(unknown)} "
+                f"(known: {', '.join(base)})"
+            )
+        resolved[section] = {**base, **change}
+    unknown_sections = sorted(set(overrides) - set(sections))
+    if unknown_sections:
+        raise PipelineError(f"profile {name!r} overrides unknown sections: {', '.join(unknown_sections)}")
+    _check_models(name, resolved)
+    resolved["profile"] = {"name": name}
+    return resolved
+
+
+def _check_models(profile: str, resolved: Mapping[str, Mapping[str, Any]]) -> None:
+    models = resolved.get("models", {})
+    for model_name, spec in models.items():
+        if not isinstance(spec, Mapping) or "model" not in spec:
+            raise PipelineError(f"profile {profile!r}: models.{model_name} needs at least `model:`")
+        extra = sorted(set(spec) - MODEL_SPEC_KEYS)
+        if extra:
+            raise PipelineError(f"profile {profile!r}: models.{model_name} has unknown keys {', '.join(extra)}")
+    for section, values in resolved.items():
+        for key in ("models", "figure_models", "table8_models"):
+            names = values.get(key) if section != "models" else None
+            if isinstance(names, list):
+                unknown = [n for n in names if n not in models]
+                if unknown:
+                    raise PipelineError(
+                        f"profile {profile!r}: {section}.{key} names unknown models {unknown}; "
+                        f"defined: {', '.join(models)}"
+                    )
+        single = values.get("model") if section == "bias" else None
+        if single is not None and single not in models:
+            raise PipelineError(f"profile {profile!r}: bias.model {single!r} is not one of: {', '.join(models)}")
+
+
+def stage_params(
+    stage: str,
+    profile: str | None = None,
+    params_file: str | Path = DEFAULT_PARAMS,
+    overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The sections `stage` reads, resolved for `profile`, with `overrides` ({section: {key: value}}) on top."""
+    if stage not in STAGES:
+        raise PipelineError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    resolved = resolve(profile, params_file)
+    out: dict[str, Any] = {"profile": resolved["profile"]["name"]}
+    for section in STAGES[stage]:
+        out[section] = dict(resolved[section])
+    for section, values in (overrides or {}).items():
+        if section not in STAGES[stage]:
+            raise PipelineError(f"stage {stage!r} has no section {section!r} to override ({', '.join(STAGES[stage])})")
+        out[section] = {**out[section], **dict(values)}
+    return out
+
+
+def set_profile(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> None:
+    """Validate `profile`, then rewrite the `profile:` line of params.yaml in place (comments are kept)."""
+    resolve(profile, params_file)
+    path = Path(params_file)
+    text = path.read_text(encoding="utf-8")
+    new, count = re.subn(r"(?m)^profile:[ \t]*[^\s#]+", f"profile: {profile}", text, count=1)
+    if count != 1:
+        raise PipelineError(f"no top-level `profile:` line in {path}")
+    if new != text:
+        _write_text_atomic(path, new)
+
+
+def enter_root(params_file: str | Path = DEFAULT_PARAMS) -> Path:
+    """Change to the directory the pipeline's relative paths start from, and return it.
+
+    papermill and DVC run notebooks from the repository root; JupyterLab starts a kernel in notebooks/. A relative
+    `params_file` that is missing here but present one level up means we are in notebooks/: go up.
+    """
+    path = Path(params_file)
+    if not path.is_absolute() and not path.is_file() and (Path("..") / path).is_file():
+        os.chdir("..")
+    return Path.cwd()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Models -> samplers, at most one model in memory
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class Samplers(Mapping):
+    """`name -> gapo.sampling.Sampler` for the named `models` entries, loading lazily and keeping one model loaded.
+
+    Entries that share a base model and adapter (the min-p rows) reuse the loaded model. Experiments that take a
+    mapping of samplers (`haiku_map`, `figure7_data`) walk it model by model, so only one model is ever resident.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        models: Mapping[str, Mapping[str, Any]],
+        sampling: Mapping[str, Any],
+        **defaults: Any,
+    ) -> None:
+        self.names = list(names)
+        self.models = models
+        self.sampling = dict(sampling)
+        self.defaults = defaults
+        self._key: tuple[Any, ...] | None = None
+        self._sampler: Any = None
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self.names:
+            raise KeyError(name)
+        spec = self.models[name]
+        key = (spec["model"], spec.get("adapter"), self.sampling.get("backend", "transformers"))
+        if key != self._key:
+            self.release()
+            self._sampler = load_sampler(spec, self.sampling, **self.defaults)
+            self._key = key
+        return self._sampler.with_params(min_p=float(spec.get("min_p") or 0.0))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def label(self, name: str) -> str:
+        return str(self.models[name].get("label") or name)
+
+    def release(self) -> None:
+        """Drop the loaded model (and free accelerator memory)."""
+        self._sampler, self._key = None, None
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:  # pragma: no cover - torch is a core dependency
+            pass
+
+
+def load_sampler(spec: Mapping[str, Any], sampling: Mapping[str, Any], **defaults: Any) -> Any:
+    """A `gapo.sampling.Sampler` for one `models` entry; `defaults` are SamplingParams fields (seed, max_new_tokens)."""
+    from gapo.sampling import make_sampler
+
+    adapter = spec.get("adapter")
+    if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
+        raise FileNotFoundError(f"no LoRA adapter at {adapter} (adapter_config.json missing): run its training stage")
+    params = {k: sampling[k] for k in ("temperature", "top_p", "batch_size", "response_prefix") if k in sampling}
+    params.update(defaults)
+    params["min_p"] = float(spec.get("min_p") or 0.0)
+    return make_sampler(spec["model"], adapter=adapter, backend=sampling.get("backend", "transformers"), **params)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Training runs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def prepare_run_dir(run_dir: str | Path, config: Mapping[str, Any]) -> bool:
+    """Make `run_dir` ready for `gapo.train.train`; returns whether to resume.
+
+    An unfinished run (checkpoints, no adapter) with the same config is resumed: an interrupted `dvc repro` loses
+    at most one save interval. Anything else there (a finished run, another config) is removed: DVC reruns a stage
+    only when its inputs changed, so the run starts afresh.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return False
+    saved = run_dir / "config.json"
+    same = saved.is_file() and _comparable(json.loads(saved.read_text(encoding="utf-8"))) == _comparable(config)
+    has_checkpoint = any(p.name.split("-")[-1].isdigit() for p in run_dir.glob("checkpoint-*"))
+    if same and has_checkpoint and not (run_dir / "adapter").exists():
+        return True
+    shutil.rmtree(run_dir)
+    return False
+
+
+def _comparable(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "resume"}
+
+
+def copy_dir(src: str | Path, dst: str | Path) -> Path:
+    """Replace `dst` with a copy of `src` (copied next to it first, then renamed into place)."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise FileNotFoundError(f"{src} is not a directory")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.partial-"))
+    try:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+        if dst.exists():
+            shutil.rmtree(dst)
+        os.replace(tmp, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dst
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _write_text_atomic(path: str | Path, text: str) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _clean(value: Any) -> Any:
+    """JSON-ready: numpy scalars to Python, NaN/inf to None (DVC and json readers choke on NaN)."""
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
+
+
+def write_json(path: str | Path, document: Mapping[str, Any]) -> Path:
+    return _write_text_atomic(path, json.dumps(_clean(document), indent=2, ensure_ascii=False) + "\n")
+
+
+def write_metrics(path: str | Path, models: Mapping[str, Mapping[str, Any]], **extra: Any) -> Path:
+    """A DVC metrics file: ``{"models": {name: {metric: value}}, **extra}``."""
+    return write_json(path, {"models": {name: dict(values) for name, values in models.items()}, **extra})
+
+
+def write_csv(path: str | Path, table: Any) -> Path:
+    """A DataFrame (or a list of dicts) as CSV, written atomically; floats keep full precision."""
+    import pandas as pd
+
+    frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
+    return _write_text_atomic(path, frame.to_csv(index=False, lineterminator="\n"))
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def read_csv_rows(path: str | Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gapo.pipeline", description="Pipeline profiles (params.yaml).")
+    parser.add_argument("--params", default=DEFAULT_PARAMS, help="params file (default: params.yaml)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("check", help="validate a profile (exit 2 with one line if it is unknown or broken)").add_argument(
+        "profile", nargs="?"
+    )
+    sub.add_parser("use", help="validate a profile and set it as params.yaml's `profile:`").add_argument("profile")
+    show = sub.add_parser("show", help="print the resolved parameters of a profile (all stages or one)")
+    show.add_argument("profile", nargs="?")
+    show.add_argument("stage", nargs="?", choices=list(STAGES))
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "check":
+            resolved = resolve(args.profile, args.params)
+            print(f"profile {resolved['profile']['name']}: ok ({len(STAGES)} stages)")
+        elif args.command == "use":
+            set_profile(args.profile, args.params)
+            print(f"{args.params}: profile {args.profile}")
+        else:
+            if args.stage:
+                shown: Any = stage_params(args.stage, args.profile, args.params)
+            else:
+                shown = resolve(args.profile, args.params)
+            print(yaml.safe_dump(shown, sort_keys=False, allow_unicode=True), end="")
+    except (PipelineError, yaml.YAMLError) as err:
+        print(f"gapo pipeline: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+#: What `gapo.cli` dispatches to, should `gapo pipeline ...` be added to its COMMANDS.
+cli = main
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Every experiment end to end on tiny-random with tiny N, plus the bookkeeping checked with a scripted sampler."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from gapo import eval_prompts as ep
+from gapo.experiments import (
+    ExperimentResult,
+    baselines,
+    bias_case_study,
+    creativity,
+    haiku_map,
+    match_item,
+    open_set,
+    parse_item,
+    table8_samplers,
+    uniformity,
+)
+from gapo.metrics import INVALID
+from gapo.sampling import Sampler, SamplingParams, TransformersBackend
+
+
+@pytest.fixture()
+def tiny_sampler(tiny_model_and_tokenizer) -> Sampler:  # noqa: ANN001
+    model, tok = tiny_model_and_tokenizer
+    return Sampler(TransformersBackend(model, tok), SamplingParams(max_new_tokens=4))
+
+
+class ScriptedBackend:
+    """Answers each prompt with a function of the prompt text and the sample index; records the calls."""
+
+    name = "scripted"
+
+    def __init__(self, answer) -> None:  # noqa: ANN001
+        self.answer = answer
+        self.calls: list[tuple[int, int, SamplingParams]] = []
+
+    def generate(self, prompts, n, params, progress=False):  # noqa: ANN001, ANN201
+        self.calls.append((len(prompts), n, params))
+        prefix = params.response_prefix or ""
+        return [[prefix + self.answer(p[-1]["content"], j) for j in range(n)] for p in prompts]
+
+
+def _first_listed(text: str, j: int) -> str:
+    """Pick the first item of the list shown in the prompt."""
+    first = text.split("[", 1)[1].split(",", 1)[0].split("]", 1)[0]
+    return f"<answer>{first}</answer>"
+
+
+# --- end to end on tiny-random --------------------------------------------------------------------------------------
+
+
+def test_bias_case_study_end_to_end(tiny_sampler, tmp_path: Path):  # noqa: ANN001
+    result = bias_case_study(tiny_sampler, n=3, out=tmp_path / "bias.json")
+    samples = result.tables["samples"]
+    assert len(samples) == 3 * len(ep.BIAS_VARIANTS) + 3
+    assert set(samples["part"]) == {"fixed", "shuffled"}
+    shares = result.tables["items"].groupby(["part", "variant"])["share"].sum()
+    assert all(abs(s - 1.0) < 1e-9 for s in shares)
+    saved = json.loads((tmp_path / "bias.json").read_text())
+    assert saved["name"] == "bias_case_study" and "top_share/fixed/variant_1" in saved["summary"]
+
+
+def test_uniformity_end_to_end(tiny_sampler, tmp_path: Path):  # noqa: ANN001
+    result = uniformity(tiny_sampler, n=3, num_lists=2, response_prefix="<answer>", out=tmp_path / "u.json")
+    per_list = result.tables["per_list"]
+    assert list(per_list["category"]) == ["planets", "musical instruments"]
+    assert all(0.0 <= j <= 1.0 for j in per_list["jsd"])
+    assert all(t.startswith("<answer>") for t in result.tables["samples"]["completion"])
+    dist = result.tables["distribution"]
+    assert len(dist) == 2 * 9 and dist.groupby("category")["count"].sum().tolist() == [3, 3]
+    assert 0.0 <= result.summary["mean_jsd"] <= 1.0
+    assert (tmp_path / "u.json").is_file()
+
+
+def test_open_set_end_to_end(tiny_sampler):  # noqa: ANN001
+    result = open_set(tiny_sampler, n=4, num_prompts=2, response_prefix="<answer>")
+    curves = result.tables["curves"]
+    assert len(curves) == 2 * 4 and curves.groupby("category")["k"].max().tolist() == [4, 4]
+    assert result.summary["mean_unique_at_n"] >= 0
+
+
+def test_creativity_end_to_end(tiny_sampler):  # noqa: ANN001
+    result = creativity(tiny_sampler.with_params(response_prefix="<answer>"), n=3, num_prompts=2, max_new_tokens=6)
+    per_prompt = result.tables["per_prompt"]
+    assert list(per_prompt["task"]) == ["story", "poem"]
+    assert all(0.0 <= v <= 1.0 for v in per_prompt["one_minus_self_bleu"])
+    assert all(0.0 <= v <= 2.0 for v in per_prompt["embedding_distance"])
+    # the creative prompts are never pre-filled with an answer tag, whatever the sampler's default
+    assert not any(t.startswith("<answer>") for t in result.tables["samples"]["completion"])
+
+
+def test_haiku_map_end_to_end(tiny_sampler):  # noqa: ANN001
+    pytest.importorskip("openTSNE")
+    result = haiku_map({"base": tiny_sampler, "other": tiny_sampler.with_params(seed=1)}, n=5, max_new_tokens=6)
+    points = result.tables["points"]
+    assert len(points) == 10 and set(points["model"]) == {"base", "other"}
+    assert points[["x", "y"]].notna().all().all()
+    assert "base/embedding_distance" in result.summary
+
+
+def test_baselines_end_to_end(tiny_sampler, tmp_path: Path):  # noqa: ANN001
+    variants = table8_samplers(tiny_sampler, sft=tiny_sampler.with_params(seed=7))
+    assert list(variants) == ["base", "min-p 0.05", "min-p 0.1", "SFT"]
+    assert variants["min-p 0.1"].params.min_p == 0.1
+    result = baselines(variants, n_uniform=2, n_open=2, num_lists=1, num_prompts=1, out=tmp_path / "t8.json")
+    table = result.tables["table"]
+    assert list(table["model"]) == list(variants)
+    assert set(table.columns) >= {"mean_jsd", "unique_at_n"}
+    assert json.loads((tmp_path / "t8.json").read_text())["tables"]["table"][0]["model"] == "base"
+
+
+# --- bookkeeping with a scripted sampler ----------------------------------------------------------------------------
+
+
+def test_uniformity_counts_and_jsd_with_scripted_answers():
+    # sample j answers item j % 4 of the list shown: uniform over the first 4 of 8 items
+    def answer(text: str, j: int) -> str:
+        items = text.split("[", 1)[1].split("]", 1)[0].split(", ")
+        return f"<answer> {items[j % 4].lower()}. </answer>"  # case/punctuation noise still matches
+
+    sampler = Sampler(ScriptedBackend(answer))
+    result = uniformity(sampler, n=8, num_lists=1)
+    per_list = result.tables["per_list"].iloc[0]
+    assert per_list["coverage"] == 0.5 and per_list["invalid_rate"] == 0.0
+    # P = 1/4 on 4 items, Q = 1/8 on 8: JSD = 1/2 * (1 * log2(4/3)) + 1/2 * (1/2 log2(2/3) + 1/2 log2(2)) = 0.311
+    assert per_list["jsd"] == pytest.approx(0.3113, abs=1e-4)
+
+
+def test_bias_case_study_positions_with_scripted_answers():
+    backend = ScriptedBackend(_first_listed)
+    result = bias_case_study(Sampler(backend), n=10, seed=3)
+    shuffled = result.tables["samples"].query("part == 'shuffled'")
+    assert (shuffled["position"] == 1).all()  # always the first item shown
+    assert result.summary["first_position_share/shuffled"] == 1.0
+    fixed = result.tables["items"].query("part == 'fixed'")
+    assert fixed.loc[fixed["item"] == ep.BIAS_ITEMS[0], "share"].tolist() == [1.0, 1.0]
+    assert result.summary["top_share/fixed/variant_1"] == 1.0
+    top = result.tables["top"].set_index(["part", "variant"])
+    assert top.loc[("fixed", "variant_1"), "top_item"] == ep.BIAS_ITEMS[0]
+    assert len(set(shuffled["list"])) > 1  # the list really is reshuffled
+    assert [c[:2] for c in backend.calls] == [(len(ep.BIAS_VARIANTS), 10), (10, 1)]
+
+
+def test_bias_top_share_ignores_invalid_answers():
+    # 6 of 10 invalid, then Japan x3 and Canada x1: the top *item* is Japan at 30%, not NV at 60%
+    script = ["no"] * 6 + ["<answer>Japan</answer>"] * 3 + ["<answer>Canada</answer>"]
+    result = bias_case_study(Sampler(ScriptedBackend(lambda text, j: script[j])), n=10)
+    top = result.tables["top"].set_index(["part", "variant"]).loc[("fixed", "variant_1")]
+    assert (top["top_item"], top["top_share"], top["second_item"], top["second_share"]) == ("Japan", 0.3, "Canada", 0.1)
+    assert top["invalid_share"] == pytest.approx(0.6)
+    assert result.summary["top_share/fixed/variant_1"] == pytest.approx(0.3)
+
+
+def test_open_set_counts_normalised_answers():
+    names = ["Paris", "paris.", "Rome", "no tag here", "ROME "]
+    sampler = Sampler(ScriptedBackend(lambda text, j: f"<answer>{names[j]}</answer>" if j != 3 else names[j]))
+    result = open_set(sampler, n=5, num_prompts=1)
+    assert result.tables["curves"]["unique"].tolist() == [1, 1, 2, 2, 2]
+    assert result.summary["mean_unique_at_n"] == 2
+    assert result.tables["per_prompt"]["answer_rate"].iloc[0] == pytest.approx(0.8)
+
+
+def test_response_prefix_and_seed_reach_the_sampler():
+    backend = ScriptedBackend(lambda text, j: "Mars</answer>")
+    uniformity(Sampler(backend), n=2, num_lists=1, seed=9, response_prefix="<answer>")
+    params = backend.calls[0][2]
+    assert params.seed == 9 and params.response_prefix == "<answer>"
+
+
+def test_bad_input_is_rejected():
+    sampler = Sampler(ScriptedBackend(_first_listed))
+    with pytest.raises(ValueError, match="is empty"):
+        uniformity(sampler, n=2, lists={"empty": []})
+    with pytest.raises(ValueError, match="positive integer"):
+        uniformity(sampler, n=0)
+    with pytest.raises(ValueError, match="non-empty item list"):
+        bias_case_study(sampler, n=2, items=[])
+    with pytest.raises(ValueError, match="at least 2"):
+        creativity(sampler, n=1)
+    with pytest.raises(ValueError, match="empty item list"):
+        ep.list_prompt([])
+
+
+def test_odd_completions_are_counted_not_fatal():
+    odd = ["", "\x00", "🚀" * 5000, "<answer></answer>", "<answer>Mars", "<answer>\u202eMars</answer>"]
+    sampler = Sampler(ScriptedBackend(lambda text, j: odd[j]))
+    result = uniformity(sampler, n=len(odd), num_lists=1)
+    assert result.tables["per_list"]["invalid_rate"].iloc[0] == 1.0
+    assert result.summary["mean_jsd"] == pytest.approx(1.0)
+
+
+def test_lenient_parsing_counts_bare_item_names():
+    texts = ["Lily", "<answer>Rose</answer>", "selected_item: Lily", "lily.", "[selected_item]"]
+    sampler = Sampler(ScriptedBackend(lambda text, j: texts[j]))
+    result = uniformity(sampler, n=len(texts), lists={"flowers": ["Rose", "Lily"]})
+    row = result.tables["per_list"].iloc[0]
+    assert row["invalid_rate"] == pytest.approx(4 / 5)  # strict: only the tagged answer counts
+    assert row["invalid_rate_lenient"] == pytest.approx(2 / 5)  # lenient: "Lily" and "lily." count too
+    assert result.tables["samples"]["item_lenient"].tolist() == ["Lily", "Rose", INVALID, "Lily", INVALID]
+    assert parse_item("Lily", ["Lily"]) is None and parse_item("Lily", ["Lily"], lenient=True) == "Lily"
+    assert parse_item("<answer>Rose</answer> Lily", ["Lily", "Rose"], lenient=True) == "Rose"  # tags win
+
+
+def test_match_item():
+    items = ["New York", "Rio de Janeiro", "1984"]
+    assert match_item(" new  york. ", items) == "New York"
+    assert match_item('"1984"', items) == "1984"
+    assert match_item("Rio", items) is None
+    assert match_item(None, items) is None
+
+
+def test_result_json_round_trip(tmp_path: Path):
+    result = ExperimentResult("x", {"t": pd.DataFrame({"a": [1.0, float("nan")], "b": ["ü", None]})}, {"m": 0.5})
+    path = result.write_json(tmp_path / "sub" / "x.json")
+    assert path.stat().st_mode & 0o044  # readable by others like any new file, not mkstemp's 0600
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert data["tables"]["t"] == [{"a": 1.0, "b": "ü"}, {"a": None, "b": None}]
+    assert [p.name for p in path.parent.iterdir()] == ["x.json"]
+
+
+def test_prompt_formats_match_the_training_data():
+    from gapo.data import FORMAT_INSTRUCTION
+
+    assert ep.ANSWER_FORMAT == FORMAT_INSTRUCTION
+    assert len(ep.UNIFORMITY_LISTS) == 10 and all(len(v) == 8 for v in ep.UNIFORMITY_LISTS.values())
+    assert all(len(set(v)) == 8 and not any("," in x for x in v) for v in ep.UNIFORMITY_LISTS.values())
+    assert len(ep.OPEN_SET_PROMPTS) == 10 and len(ep.CREATIVE_PROMPTS) == 8
+    assert INVALID not in {x for v in ep.UNIFORMITY_LISTS.values() for x in v}

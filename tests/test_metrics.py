@@ -1,0 +1,194 @@
+"""Metrics against hand-computed values, and their properties (hypothesis)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gapo.metrics import (
+    INVALID,
+    answer_distribution,
+    coverage,
+    jensen_shannon,
+    jsd_from_uniform,
+    mean_pairwise_cosine_distance,
+    normalize_answer,
+    self_bleu,
+    unique_at,
+    unique_curve,
+)
+
+ITEMS = ["a", "b", "c", "d"]
+answers_strategy = st.lists(st.one_of(st.none(), st.sampled_from(ITEMS + ["zz", ""])), min_size=1, max_size=40)
+
+
+# --- answer_distribution / jsd_from_uniform ------------------------------------------------------------------------
+
+
+def test_answer_distribution_counts_invalid_bin():
+    dist = answer_distribution(["a", "a", "b", None, "z", "A"], ["a", "b", "c"])
+    assert dist.counts == (2, 1, 0)
+    assert dist.invalid == 3  # None, "z" and "A" (exact match: case differs)
+    assert dist.as_dict() == {"a": 2, "b": 1, "c": 0, INVALID: 3}
+    np.testing.assert_allclose(dist.probabilities(), [2 / 6, 1 / 6, 0, 3 / 6])
+
+
+def test_jsd_hand_computed():
+    # P = (1, 0, 0), Q = (1/2, 1/2, 0), M = (3/4, 1/4, 0)
+    expected = 0.5 * math.log2(4 / 3) + 0.5 * (0.5 * math.log2(2 / 3) + 0.5 * 1.0)
+    assert jsd_from_uniform(["a", "a"], ["a", "b"]) == pytest.approx(expected)
+    assert expected == pytest.approx(0.3113, abs=1e-4)
+
+
+def test_jsd_hand_computed_with_invalid():
+    # answers (a, None) over {a, b}: P = (1/2, 0, 1/2), Q = (1/2, 1/2, 0), M = (1/2, 1/4, 1/4)
+    # KL(P||M) = 1/2 log2(2) = 0.5 ; KL(Q||M) = 1/2 log2(2) = 0.5 -> JSD 0.5
+    assert jsd_from_uniform(["a", None], ["a", "b"]) == pytest.approx(0.5)
+
+
+def test_jsd_extremes():
+    assert jsd_from_uniform(["a", "b", "c", "d"] * 5, ITEMS) == pytest.approx(0.0, abs=1e-12)
+    assert jsd_from_uniform([None, "x", ""], ITEMS) == pytest.approx(1.0)
+    # a point mass on one of 8 valid items: the paper's "collapsed" case
+    assert 0.5 < jsd_from_uniform(["a"] * 10, list("abcdefgh")) < 1.0
+
+
+def test_jsd_bad_input():
+    with pytest.raises(ValueError, match="empty"):
+        jsd_from_uniform(["a"], [])
+    with pytest.raises(ValueError, match="no answers"):
+        jsd_from_uniform([], ITEMS)
+
+
+@given(answers_strategy)
+def test_jsd_in_unit_interval(answers):  # noqa: ANN001
+    assert 0.0 <= jsd_from_uniform(answers, ITEMS) <= 1.0
+
+
+@given(answers_strategy, st.permutations(ITEMS))
+def test_jsd_invariant_to_renaming_items(answers, renamed):  # noqa: ANN001
+    mapping = dict(zip(ITEMS, [f"item-{x}" for x in renamed], strict=True))
+    renamed_answers = [mapping.get(a, a) if a is not None else None for a in answers]
+    assert jsd_from_uniform(renamed_answers, list(mapping.values())) == pytest.approx(jsd_from_uniform(answers, ITEMS))
+
+
+@given(answers_strategy, st.randoms())
+def test_jsd_invariant_to_order(answers, rnd):  # noqa: ANN001
+    shuffled = list(answers)
+    rnd.shuffle(shuffled)
+    assert jsd_from_uniform(shuffled, ITEMS) == pytest.approx(jsd_from_uniform(answers, ITEMS))
+
+
+@given(st.integers(1, 8), st.integers(1, 20))
+def test_jsd_zero_for_every_perfectly_uniform_sample(num_items, reps):  # noqa: ANN001
+    items = [f"i{k}" for k in range(num_items)]
+    assert jsd_from_uniform(items * reps, items) == pytest.approx(0.0, abs=1e-9)
+
+
+@given(st.lists(st.floats(0, 1), min_size=3, max_size=3), st.lists(st.floats(0, 1), min_size=3, max_size=3))
+def test_jensen_shannon_symmetric(p, q):  # noqa: ANN001
+    p, q = np.array(p) + 1e-3, np.array(q) + 1e-3
+    p, q = p / p.sum(), q / q.sum()
+    assert jensen_shannon(p, q) == pytest.approx(jensen_shannon(q, p), abs=1e-12)
+
+
+# --- coverage -------------------------------------------------------------------------------------------------------
+
+
+def test_coverage():
+    assert coverage(["a", "a", "b", None, "zz"], ITEMS) == 0.5
+    assert coverage([], ITEMS) == 0.0
+    assert coverage(ITEMS, ITEMS + ["a"]) == 1.0  # duplicates in the list collapse
+
+
+@given(answers_strategy)
+def test_coverage_in_unit_interval(answers):  # noqa: ANN001
+    assert 0.0 <= coverage(answers, ITEMS) <= 1.0
+
+
+# --- normalize_answer / unique_curve --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("Paris", "paris"),
+        ("  The   Great\nGatsby. ", "the great gatsby"),
+        ('"The Great Gatsby"', "the great gatsby"),
+        ("**Tokyo**!", "tokyo"),
+        ("São Paulo", "são paulo"),
+        ("ＴＯＫＹＯ", "tokyo"),  # NFKC folds full-width letters
+        ("Moby-Dick", "moby-dick"),  # inner punctuation stays
+        ("...", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_normalize_answer(raw, expected):  # noqa: ANN001
+    assert normalize_answer(raw) == expected
+
+
+def test_unique_curve_hand_computed():
+    assert unique_curve(["Paris", "paris.", None, "Rome", "", " ROME ", "Oslo"]) == [1, 1, 1, 2, 2, 2, 3]
+    assert unique_curve([]) == []
+    assert unique_at(["a", "b", "a", "c"], 3) == 2
+    with pytest.raises(ValueError, match="needs 5 answers"):
+        unique_at(["a"], 5)
+
+
+@given(st.lists(st.one_of(st.none(), st.text(max_size=8)), max_size=30))
+def test_unique_curve_properties(answers):  # noqa: ANN001
+    curve = unique_curve(answers)
+    assert len(curve) == len(answers)
+    assert all(b - a in (0, 1) for a, b in zip([0, *curve], curve, strict=False))  # +0 or +1 per sample
+    assert (curve[-1] if curve else 0) == len({normalize_answer(a) for a in answers} - {None})
+
+
+# --- self_bleu ------------------------------------------------------------------------------------------------------
+
+
+def test_self_bleu_extremes():
+    same = ["the cat sat on the mat today"] * 4
+    assert self_bleu(same) == pytest.approx(1.0)
+    disjoint = ["alpha beta gamma delta", "one two three four", "red green blue yellow"]
+    assert self_bleu(disjoint) < 0.05
+    partly = ["the cat sat on the mat", "the cat sat on the rug", "a dog ran in the park"]
+    assert 0.05 < self_bleu(partly) < 1.0
+
+
+def test_self_bleu_odd_inputs_do_not_crash():
+    assert 0.0 <= self_bleu(["", "", "x"]) <= 1.0
+    assert 0.0 <= self_bleu(["🚀 ünïcødé \x00", "long " * 2000, "\n\t"]) <= 1.0
+    with pytest.raises(ValueError, match="at least 2"):
+        self_bleu(["only one"])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.text(alphabet="abc ", max_size=12), min_size=2, max_size=5))
+def test_self_bleu_in_unit_interval(texts):  # noqa: ANN001
+    assert 0.0 <= self_bleu(texts) <= 1.0
+
+
+# --- mean_pairwise_cosine_distance ----------------------------------------------------------------------------------
+
+
+def test_cosine_distance_hand_computed():
+    e = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    # pairs: (0,1) 1, (0,2) 2, (1,2) 1 -> mean 4/3
+    assert mean_pairwise_cosine_distance(e) == pytest.approx(4 / 3)
+    assert mean_pairwise_cosine_distance([[1, 1], [2, 2]]) == pytest.approx(0.0)
+    assert mean_pairwise_cosine_distance([[0, 0], [1, 0]]) == pytest.approx(1.0)  # zero vector: orthogonal
+    with pytest.raises(ValueError, match="n >= 2"):
+        mean_pairwise_cosine_distance([[1.0, 0.0]])
+
+
+@given(st.integers(2, 6), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_cosine_distance_properties(n, d, seed):  # noqa: ANN001
+    x = np.random.default_rng(seed).normal(size=(n, d))
+    value = mean_pairwise_cosine_distance(x)
+    assert 0.0 <= value <= 2.0
+    assert value == pytest.approx(mean_pairwise_cosine_distance(x[::-1] * 3.0))  # order and scale invariant

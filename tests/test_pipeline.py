@@ -1,0 +1,267 @@
+"""The pipeline's wiring: profiles in params.yaml, dvc.yaml against the notebooks, and DVC failing loudly.
+
+Fast checks (no model) plus one real `dvc repro` of a tiny project whose notebook raises: the run must fail and show
+the failing cell's error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from gapo import pipeline
+
+REPO = Path(__file__).resolve().parents[1]
+PARAMS = REPO / "params.yaml"
+BIN = Path(sys.executable).parent
+DVC_YAML: dict = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
+
+REQUIRED_FIGURES = {
+    "figures/fig2_bias.png",
+    "figures/fig4_uniformity.png",
+    "figures/fig5_open_set.png",
+    "figures/fig6_tsne_haiku.png",
+    "figures/fig7_creativity_coherence.png",
+    "figures/fig8_uniformity_all.png",
+    "figures/fig9_open_set_all.png",
+    "figures/table1_creativity.csv",
+    "figures/table2_benchmarks.csv",
+    "figures/table8_baselines.csv",
+}
+REQUIRED_METRICS = {
+    "metrics/uniformity.json",
+    "metrics/open_set.json",
+    "metrics/creativity.json",
+    "metrics/benchmarks.json",
+}
+
+
+def _entries(stage: dict, kind: str) -> dict[str, dict]:
+    out = {}
+    for entry in stage.get(kind) or []:
+        if isinstance(entry, dict):
+            (path, options), *_ = entry.items()
+            out[path] = options or {}
+        else:
+            out[entry] = {}
+    return out
+
+
+def _run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **env}
+    return subprocess.run(cmd, cwd=cwd, env=environ, capture_output=True, text=True, timeout=300)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Profiles
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["embedded", "paper", "smoke"])
+def test_every_profile_resolves_for_every_stage(profile: str) -> None:
+    for stage, sections in pipeline.STAGES.items():
+        params = pipeline.stage_params(stage, profile, PARAMS)
+        assert params["profile"] == profile and set(sections) <= set(params)
+
+
+def test_default_profile_is_embedded_and_its_sizes_are_the_top_level_sections() -> None:
+    data = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    assert data["profile"] == "embedded"
+    assert pipeline.resolve(None, PARAMS)["train"] == data["train"]
+    assert pipeline.resolve("smoke", PARAMS)["train"]["model"] == "tiny-random"
+    assert pipeline.resolve("paper", PARAMS)["models"]["gapo"]["model"] == "Qwen/Qwen2.5-32B-Instruct"
+
+
+def test_entry_point_sections_stay_readable_by_their_commands() -> None:
+    """`gapo train --params params.yaml --section train`, `gapo data` and `gapo sft` read their sections as is."""
+    from gapo.config import config_from_cli
+    from gapo.datagen import DataConfig
+    from gapo.sft import SFTConfig
+    from gapo.train import TrainConfig
+
+    train = config_from_cli(TrainConfig, ["--params", str(PARAMS)], "gapo train", "train", "")
+    assert train.model == "embedded" and train.num_generations == 16 and train.max_steps == 40
+    data = config_from_cli(DataConfig, ["--params", str(PARAMS)], "gapo data", "data", "")
+    assert data.num_prompts == train.num_prompts and data.seed == train.seed
+    assert data.response_prefix == train.response_prefix
+    config_from_cli(SFTConfig, ["--params", str(PARAMS)], "gapo sft", "sft", "")
+    for profile in ("paper", "smoke"):  # the other profiles build valid configs too
+        resolved = pipeline.resolve(profile, PARAMS)
+        TrainConfig(**resolved["train"]), DataConfig(**resolved["data"]), SFTConfig(**resolved["sft"])
+
+
+def test_unknown_profile_is_a_one_line_error() -> None:
+    with pytest.raises(pipeline.PipelineError, match="unknown profile 'gpu'; params.yaml defines: embedded, paper"):
+        pipeline.stage_params("uniformity", "gpu", PARAMS)
+    result = _run([sys.executable, "-m", "gapo.pipeline", "--params", str(PARAMS), "check", "gpu"], REPO)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "unknown profile 'gpu'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["profiles"]["smoke"]["open_set"].update(samples=3), "overrides unknown keys of \\[open_set\\]"),
+        (lambda d: d["profiles"]["smoke"].pop("bias"), "must list every section"),
+        (lambda d: d["profiles"]["smoke"]["uniformity"].update(models=["baseline", "gapo2"]), "unknown models"),
+    ],
+)
+def test_broken_profiles_fail_with_a_fix(tmp_path: Path, edit, message: str) -> None:  # noqa: ANN001
+    data = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    edit(data)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(pipeline.PipelineError, match=message):
+        pipeline.resolve("smoke", path)
+
+
+def test_use_sets_the_profile_line_and_keeps_comments(tmp_path: Path) -> None:
+    path = tmp_path / "params.yaml"
+    shutil.copy(PARAMS, path)
+    pipeline.set_profile("smoke", path)
+    text = path.read_text(encoding="utf-8")
+    assert re.search(r"(?m)^profile: smoke$", text) and "# Parameters of every pipeline stage" in text
+    assert text.replace("profile: smoke", "profile: embedded", 1) == PARAMS.read_text(encoding="utf-8")
+    with pytest.raises(pipeline.PipelineError, match="unknown profile"):
+        pipeline.set_profile("nope", path)
+    assert "profile: smoke" in path.read_text(encoding="utf-8")
+
+
+def test_overrides_apply_only_to_the_stage_sections() -> None:
+    params = pipeline.stage_params("uniformity", "smoke", PARAMS, {"uniformity": {"n": 7}})
+    assert params["uniformity"]["n"] == 7
+    with pytest.raises(pipeline.PipelineError, match="has no section 'train'"):
+        pipeline.stage_params("uniformity", "smoke", PARAMS, {"train": {"max_steps": 1}})
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# dvc.yaml against the notebooks and the deliverables
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_one_stage_per_notebook_running_papermill_with_the_profile() -> None:
+    stages = DVC_YAML["stages"]
+    assert list(stages) == list(pipeline.STAGES)
+    assert sorted(pipeline.NOTEBOOKS.values()) == sorted(
+        f"notebooks/{p.name}" for p in (REPO / "notebooks").glob("*.ipynb")
+    )
+    for name, stage in stages.items():
+        notebook = pipeline.NOTEBOOKS[name]
+        executed = f"outputs/notebooks/{Path(notebook).name}"
+        assert f"papermill {notebook} {executed}" in stage["cmd"] and "-p profile ${profile}" in stage["cmd"]
+        assert notebook in stage["deps"] and "gapo/pipeline.py" in stage["deps"]
+        assert executed in _entries(stage, "outs")
+        sections = pipeline.STAGES[name]
+        assert stage["params"] == ["profile", *sections, *(f"profiles.${{profile}}.{s}" for s in sections)]
+
+
+def test_dvc_yaml_declares_exactly_the_required_figures_and_metrics_uncached() -> None:
+    declared: dict[str, dict] = {}
+    metrics: set[str] = set()
+    for stage in DVC_YAML["stages"].values():
+        for kind in ("outs", "metrics", "plots"):
+            declared.update(_entries(stage, kind))
+        metrics.update(_entries(stage, "metrics"))
+    figures = {p for p in declared if p.startswith("figures/")}
+    assert figures == REQUIRED_FIGURES
+    assert {p for p in declared if p.startswith("metrics/")} == REQUIRED_METRICS == metrics
+    for path in figures | metrics | {p for p in declared if p.startswith("results/")}:
+        assert declared[path].get("cache") is False, f"{path} is committed to git: declare it cache: false"
+    for cached in ("data/train.jsonl", "models/gapo", "models/sft"):
+        assert cached in declared and declared[cached].get("cache", True) is True
+
+
+def test_committed_notebooks_are_stripped_and_parameterised() -> None:
+    for path in sorted((REPO / "notebooks").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert all(not c.outputs and c.execution_count is None for c in code), f"{path.name} carries outputs"
+        tagged = [c for c in code if "parameters" in c.metadata.get("tags", [])]
+        assert len(tagged) == 1 and code[0] is tagged[0], f"{path.name}: the first code cell must be `parameters`"
+        assert re.search(r'(?m)^profile = "embedded"', tagged[0].source) and "params_file" in tagged[0].source
+        assert nb.metadata["kernelspec"]["name"] == "python3"
+        assert "from gapo import pipeline, plotting" in code[1].source
+
+
+def test_prepare_run_dir_resumes_only_an_unfinished_run_of_the_same_config(tmp_path: Path) -> None:
+    from gapo.train import TrainConfig
+
+    config = dataclasses.asdict(TrainConfig(model="tiny-random", max_steps=4))
+    run = tmp_path / "run"
+    assert pipeline.prepare_run_dir(run, config) is False  # nothing there
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps({**config, "resume": False}))
+    assert pipeline.prepare_run_dir(run, {**config, "resume": True}) is True
+    assert pipeline.prepare_run_dir(run, {**config, "max_steps": 8}) is False and not run.exists()
+    (run / "adapter").mkdir(parents=True)
+    (run / "config.json").write_text(json.dumps(config))
+    assert pipeline.prepare_run_dir(run, config) is False and not run.exists()  # finished: start afresh
+
+
+def test_metrics_files_are_models_first_and_json_clean(tmp_path: Path) -> None:
+    path = pipeline.write_metrics(tmp_path / "m.json", {"baseline": {"mean_jsd": float("nan")}}, profile="smoke")
+    assert json.loads(path.read_text()) == {"models": {"baseline": {"mean_jsd": None}}, "profile": "smoke"}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# DVC runs papermill and fails with the failing cell's error
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _notebook(path: Path, *sources: str) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+
+
+def test_a_failing_notebook_makes_dvc_repro_fail_with_the_cell_error(tmp_path: Path) -> None:
+    _notebook(tmp_path / "ok.ipynb", 'profile = "embedded"', 'open("ok.txt", "w").write(profile)')
+    _notebook(tmp_path / "fail.ipynb", 'profile = "embedded"', 'raise ValueError(f"boom in the cell: {profile}")')
+    (tmp_path / "params.yaml").write_text("profile: smoke\n")
+    stage = "papermill {0}.ipynb out_{0}.ipynb -k python3 --log-output --no-progress-bar -p profile ${{profile}}"
+    (tmp_path / "dvc.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "stages": {
+                    "ok": {"cmd": stage.format("ok"), "deps": ["ok.ipynb"], "params": ["profile"], "outs": ["ok.txt"]},
+                    "fail": {"cmd": stage.format("fail"), "deps": ["fail.ipynb", "ok.txt"], "outs": ["out_fail.ipynb"]},
+                }
+            }
+        )
+    )
+    assert _run([str(BIN / "dvc"), "init", "--no-scm", "-q"], tmp_path).returncode == 0
+    result = _run([str(BIN / "dvc"), "repro"], tmp_path)
+    output = re.sub(r"\x1b\[[0-9;]*m", "", result.stdout + result.stderr)  # IPython colours tracebacks
+    assert result.returncode != 0
+    assert (tmp_path / "ok.txt").read_text() == "smoke"  # the stage before it ran, with the profile passed through
+    assert "ValueError: boom in the cell: smoke" in output
+    assert "failed to reproduce 'fail'" in output
+
+
+def test_dvc_rejects_an_unknown_profile_in_one_line(tmp_path: Path) -> None:
+    shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    text = PARAMS.read_text(encoding="utf-8")
+    (tmp_path / "params.yaml").write_text(text.replace("profile: embedded", "profile: gpu", 1), encoding="utf-8")
+    for stage in DVC_YAML["stages"].values():  # the source files present, so that DVC gets as far as the params
+        for dep in stage["deps"]:
+            if dep.startswith(("notebooks/", "gapo/")) and Path(dep).suffix:
+                (tmp_path / dep).parent.mkdir(parents=True, exist_ok=True)
+                (tmp_path / dep).touch()
+    assert _run([str(BIN / "dvc"), "init", "--no-scm", "-q"], tmp_path).returncode == 0
+    result = _run([str(BIN / "dvc"), "repro", "--dry"], tmp_path)
+    assert result.returncode != 0
+    assert re.search(r"Parameters 'profiles\.gpu\.\w+' are missing from 'params\.yaml'", result.stderr)
+    assert len(result.stderr.strip().splitlines()) == 1

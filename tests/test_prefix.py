@@ -1,0 +1,288 @@
+"""gapo.prefix: the shared-prompt forward equals TRL's plain log-prob pass (values, loss, LoRA gradients)."""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import pytest
+import torch
+
+from gapo import prefix
+from gapo.models import TinyRandomSpec, tiny_random_model
+
+TEMPERATURE = 0.7
+SPEC = TinyRandomSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, seed=1)
+PAD = 151643
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def make_policy(tokenizer, attn: str = "sdpa"):  # noqa: ANN001, ANN201
+    """tiny-random (3 layers) with TRL's fused LM head and a LoRA adapter whose B is non-zero (so every LoRA
+    weight gets a gradient), set up the way GRPOTrainer sets up its policy."""
+    from peft import LoraConfig, get_peft_model
+    from trl.trainer.utils import add_fused_lm_head
+
+    model = tiny_random_model(tokenizer, SPEC)
+    model.set_attn_implementation(attn)
+    config = LoraConfig(
+        r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        init_lora_weights=False,
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = get_peft_model(model, config)
+    add_fused_lm_head(model.get_base_model(), temperature=TEMPERATURE, outputs=("log_probs", "entropy"))
+    model.train()
+    return model
+
+
+def trl_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy=True, batch_size=None):  # noqa: ANN001, ANN201
+    """TRL 1.16's own GRPOTrainer._get_per_token_logps_and_entropies (undecorated), the reference."""
+    from trl import GRPOTrainer
+
+    fake_trainer = types.SimpleNamespace(accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext))
+    method = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__
+    logps, entropies, _ = method(
+        fake_trainer, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=compute_entropy
+    )
+    return logps, entropies
+
+
+def mixed_batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Prompts A (5 tokens), B (9), C (7), D (9, same length as B) in rows [A B A C B A C D A]: groups interleaved and
+    split (any micro-batch slice of a real generation batch looks like this), prompts left-padded, completions of 0 to
+    6 tokens right-padded (one fully masked row, as `mask_truncated_completions` makes)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = {k: torch.randint(0, 150000, (n,), generator=g) for k, n in [("A", 5), ("B", 9), ("C", 7), ("D", 9)]}
+    rows = ["A", "B", "A", "C", "B", "A", "C", "D", "A"]
+    completion_lengths = [3, 6, 1, 4, 2, 5, 6, 0, 2]
+    p = max(len(t) for t in prompts.values())
+    c = max(completion_lengths)
+    input_ids = torch.full((len(rows), p + c), PAD)
+    mask = torch.zeros((len(rows), p + c), dtype=torch.long)
+    for i, (key, n) in enumerate(zip(rows, completion_lengths, strict=True)):
+        prompt = prompts[key]
+        input_ids[i, p - len(prompt) : p] = prompt
+        mask[i, p - len(prompt) : p] = 1
+        input_ids[i, p : p + n] = torch.randint(0, 150000, (n,), generator=g)
+        mask[i, p : p + n] = 1
+    return input_ids, mask, c
+
+
+def grpo_loss(logps: torch.Tensor, entropies: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """GRPO-like loss: masked mean of -logp * advantage, plus a small entropy term so its gradient is checked too."""
+    advantages = torch.linspace(-1.0, 1.5, logps.size(0)).unsqueeze(1)  # (B, 1)
+    m = mask.float()
+    return (-(logps * advantages) * m).sum() / m.sum() - 0.01 * (entropies * m).sum() / m.sum()
+
+
+def lora_grads(model) -> dict[str, torch.Tensor]:  # noqa: ANN001
+    return {n: p.grad.clone() for n, p in model.named_parameters() if "lora_" in n and p.grad is not None}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_group_prompts_first_appearance_order() -> None:
+    ids = torch.tensor([[0, 1, 2], [5, 6, 7], [0, 1, 2], [9, 9, 9], [5, 6, 7], [7, 1, 2]])
+    mask = torch.tensor([[0, 1, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1], [1, 1, 1], [0, 1, 1]])
+    first, inverse = prefix.group_prompts(ids, mask)
+    # row 5 differs from row 0 only under padding, so it is the same prompt
+    assert first.tolist() == [0, 1, 3]
+    assert inverse.tolist() == [0, 1, 0, 2, 1, 0]
+    assert torch.equal(ids[first][inverse] * mask, ids * mask)
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_logps_loss_and_lora_grads_match_trl(tokenizer, attn: str) -> None:  # noqa: ANN001
+    model = make_policy(tokenizer, attn)
+    input_ids, attention_mask, c = mixed_batch()
+    completion_mask = attention_mask[:, -c:]
+
+    ref_logps, ref_ent = trl_logps(model, input_ids, attention_mask, c)
+    ref_loss = grpo_loss(ref_logps, ref_ent, completion_mask)
+    ref_loss.backward()
+    ref_grads = lora_grads(model)
+    model.zero_grad()
+
+    logps, ent = prefix.shared_prompt_logps(
+        model, input_ids, attention_mask, c, compute_entropy=True, temperature=TEMPERATURE
+    )
+    loss = grpo_loss(logps, ent, completion_mask)
+    loss.backward()
+    grads = lora_grads(model)
+
+    assert logps.shape == ref_logps.shape == (input_ids.size(0), c)
+    assert torch.equal(logps == 0, ref_logps == 0)  # padding is zero in both
+    assert rel_err(logps, ref_logps) < 1e-5
+    assert torch.allclose(logps, ref_logps, atol=1e-5, rtol=1e-5)
+    assert rel_err(ent, ref_ent) < 1e-5
+    assert abs(loss.item() - ref_loss.item()) <= 1e-4 * abs(ref_loss.item())
+    assert grads.keys() == ref_grads.keys() and len(grads) == 3 * 7 * 2  # every LoRA A and B of 3 layers
+    worst = max(rel_err(grads[k], ref_grads[k]) for k in grads)
+    assert worst < 1e-4, worst
+
+
+def test_no_grad_chunks_and_disabled_adapter_match_trl(tokenizer) -> None:  # noqa: ANN001
+    """The old/reference passes: no grad, TRL's `batch_size` chunking, and the base model (adapter disabled)."""
+    model = make_policy(tokenizer)
+    input_ids, attention_mask, c = mixed_batch(seed=3)
+    with torch.no_grad():
+        for adapter_off in (False, True):
+            ctx = model.disable_adapter() if adapter_off else contextlib.nullcontext()
+            with ctx:
+                ref, _ = trl_logps(model, input_ids, attention_mask, c, compute_entropy=False, batch_size=4)
+                got, ent = prefix.shared_prompt_logps(
+                    model, input_ids, attention_mask, c, batch_size=4, temperature=0.7
+                )
+            assert ent is None
+            assert rel_err(got, ref) < 1e-5
+        with model.disable_adapter():
+            base, _ = prefix.shared_prompt_logps(model, input_ids, attention_mask, c, temperature=0.7)
+    assert rel_err(base, got) < 1e-5 and not torch.allclose(
+        base, prefix.shared_prompt_logps(model, input_ids, attention_mask, c, temperature=0.7)[0].detach()
+    )  # the adapter does change the numbers
+
+
+def test_one_group_and_all_distinct(tokenizer) -> None:  # noqa: ANN001
+    model = make_policy(tokenizer)
+    input_ids, attention_mask, c = mixed_batch(seed=5)
+    for rows in ([0, 2, 5, 8], [0, 1, 3, 7]):  # one prompt four times; four different prompts
+        ids, mask = input_ids[rows], attention_mask[rows]
+        with torch.no_grad():
+            ref, ref_ent = trl_logps(model, ids, mask, c)
+            got, ent = prefix.shared_prompt_logps(model, ids, mask, c, compute_entropy=True, temperature=0.7)
+        assert rel_err(got, ref) < 1e-5 and rel_err(ent, ref_ent) < 1e-5
+
+
+def test_unsupported_configurations(tokenizer) -> None:  # noqa: ANN001
+    model = make_policy(tokenizer)
+    input_ids, attention_mask, c = mixed_batch()
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    with pytest.raises(prefix.Unsupported, match="gradient checkpointing"):
+        prefix.shared_prompt_logps(model, input_ids, attention_mask, c)
+    model.activation_checkpointing_disable()
+    with pytest.raises(prefix.Unsupported, match="no prompt part"):
+        prefix.shared_prompt_logps(model, input_ids, attention_mask, input_ids.size(1))
+    with pytest.raises(prefix.Unsupported, match="not a transformers causal LM"):
+        prefix.shared_prompt_logps(torch.nn.Linear(2, 2), input_ids, attention_mask, c)
+
+
+def test_generate_with_shared_prompt_matches_generate(tokenizer) -> None:  # noqa: ANN001
+    """Greedy decoding from the shared prefill gives generate's tokens and (to rounding) its scores."""
+    from transformers import GenerationConfig
+
+    model = make_policy(tokenizer)
+    model.eval()
+    input_ids, attention_mask, c = mixed_batch(seed=7)
+    prompt_ids, prompt_mask = input_ids[:, :-c], attention_mask[:, :-c]
+    config = GenerationConfig(
+        max_new_tokens=5,
+        do_sample=False,
+        pad_token_id=PAD,
+        eos_token_id=tokenizer.eos_token_id,
+        return_dict_in_generate=True,
+        output_scores=True,
+    )
+    with torch.no_grad():
+        plain = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
+        with prefix.shared_prompt_generation(model) as patched:
+            shared = patched.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
+    assert "generate" not in vars(model)  # the patch is undone
+    assert not any("generation off" in m for m in prefix._warned)  # it did not fall back to plain generate
+    assert torch.equal(shared.sequences, plain.sequences)
+    for a, b in zip(shared.scores, plain.scores, strict=True):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def _length_reward(completions, **kwargs):  # noqa: ANN001, ANN003, ANN202
+    """A per-completion reward with spread, so advantages (and gradients) are not all zero."""
+    return [float(len(c[-1]["content"] if isinstance(c, list) else c) % 7) for c in completions]
+
+
+def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
+    """One GAPOTrainer step (shared-prompt log-probs and generation) against TRL's GRPOTrainer on tiny-random: same
+    completions, same loss, same gradient norm."""
+    from transformers.trainer_utils import set_seed
+    from trl import GRPOConfig, GRPOTrainer
+
+    from gapo.data import make_list_selection_dataset
+    from gapo.models import load_tokenizer
+    from gapo.trainer import GAPOConfig, GAPOTrainer, lora_config
+
+    class SharedGeneration(GAPOTrainer):
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
+            with prefix.trainer_generation(self, images, multimodal_fields):
+                return super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+                )
+
+    tokenizer = load_tokenizer("tiny-random")
+    dataset = make_list_selection_dataset(1, seed=0)
+    common = dict(
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=1,
+        learning_rate=1e-3,
+        seed=0,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        temperature=TEMPERATURE,
+    )
+    gapo_args = GAPOConfig(
+        output_dir=str(tmp_path / "g"),
+        **common,
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        lora_target_modules=["q_proj", "v_proj"],
+        shared_prompt_forward=True,
+    )
+    results = {}
+    for name, cls, args in (
+        ("trl", GRPOTrainer, GRPOConfig(output_dir=str(tmp_path / "t"), **common)),
+        ("gapo", SharedGeneration, gapo_args),
+    ):
+        set_seed(0)
+        model = tiny_random_model(tokenizer, SPEC)
+        trainer = cls(
+            model=model,
+            reward_funcs=[_length_reward],
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora_config(gapo_args),
+        )
+        seen = []
+        original = trainer._generate_and_score_completions
+
+        def spy(inputs, original=original, seen=seen):  # noqa: ANN001, ANN202
+            out = original(inputs)
+            seen.append(out["completion_ids"].clone())
+            return out
+
+        trainer._generate_and_score_completions = spy
+        trainer.train()
+        results[name] = (trainer.state.log_history[0], seen[0])
+        if name == "gapo":
+            assert getattr(trainer, "_shared_prompt_note", None) is None  # the shared log-prob path ran
+            assert not any("generation off" in m for m in prefix._warned)  # and shared generation
+    (trl_log, trl_ids), (gapo_log, gapo_ids) = results["trl"], results["gapo"]
+    assert torch.equal(gapo_ids, trl_ids)  # same seed, same sampling: the shared prefill changes nothing
+    assert trl_log["grad_norm"] > 0
+    assert abs(gapo_log["loss"] - trl_log["loss"]) <= 1e-4 * max(abs(trl_log["loss"]), 1e-3)
+    assert abs(gapo_log["grad_norm"] - trl_log["grad_norm"]) <= 1e-4 * trl_log["grad_norm"]

@@ -1,0 +1,104 @@
+"""The Appendix G SFT baseline: its loss is the summed per-item NLL, and training moves the LoRA weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from gapo.sampling import render_prompt
+from gapo.sft import SFTConfig, build_item_batch, item_completion_ids, per_row_nll, summed_item_loss, train_sft
+
+PROMPTS = [
+    [
+        {
+            "role": "user",
+            "content": "Pick one: [Mars, Venus, Earth]. Format your response as follows: <answer>x</answer>.",
+        }
+    ],
+    [{"role": "user", "content": "Choose: [Red, Blue]"}],
+]
+ITEMS = [["Mars", "Venus", "Earth"], ["Red", "Blue"]]
+
+
+def _direct_nll(model, tokenizer, prompt, item) -> float:  # noqa: ANN001
+    """-sum log p(<answer>item</answer><EOS> | prompt), one unpadded sequence, no batching tricks."""
+    text, prefix = render_prompt(tokenizer, prompt)
+    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    completion = item_completion_ids(tokenizer, item, prefix)
+    ids = torch.tensor([prompt_ids + completion])
+    with torch.no_grad():
+        logp = model(input_ids=ids).logits[0].float().log_softmax(-1)
+    start = len(prompt_ids)
+    return -sum(float(logp[start + k - 1, tok]) for k, tok in enumerate(completion))
+
+
+def test_loss_is_the_summed_per_item_nll(tiny_model_and_tokenizer):  # noqa: ANN001
+    model, tok = tiny_model_and_tokenizer
+    batch = build_item_batch(tok, PROMPTS, ITEMS)
+    assert batch.input_ids.shape[0] == 5 and batch.num_prompts == 2
+    with torch.no_grad():
+        rows = per_row_nll(model, batch)
+        loss = summed_item_loss(model, batch)
+    direct = [_direct_nll(model, tok, p, item) for p, items in zip(PROMPTS, ITEMS, strict=True) for item in items]
+    torch.testing.assert_close(rows, torch.tensor(direct), rtol=1e-4, atol=1e-3)
+    assert float(loss) == pytest.approx(sum(direct) / 2, rel=1e-4)  # per prompt: sum over items; mean over prompts
+
+
+def test_completion_is_answer_tag_plus_eos_and_respects_a_prefilled_prefix(tokenizer):  # noqa: ANN001
+    ids = item_completion_ids(tokenizer, "Mars")
+    assert ids[-1] == tokenizer.eos_token_id
+    assert tokenizer.decode(ids[:-1]) == "<answer>Mars</answer>"
+    assert tokenizer.decode(item_completion_ids(tokenizer, "Mars", "<answer>")[:-1]) == "Mars</answer>"
+    prefilled = [PROMPTS[0] + [{"role": "assistant", "content": "<answer>"}]]
+    batch = build_item_batch(tokenizer, prefilled, [["Mars"]])
+    assert tokenizer.decode(batch.input_ids[0]).endswith("<answer>Mars</answer><|im_end|>")
+    with pytest.raises(ValueError, match="not a prefix"):
+        item_completion_ids(tokenizer, "Mars", "<reply>")
+    with pytest.raises(ValueError, match="empty item list"):
+        build_item_batch(tokenizer, PROMPTS[:1], [[]])
+
+
+def test_a_few_steps_change_the_lora_weights_and_save_an_adapter(tiny_model_and_tokenizer, tmp_path: Path):  # noqa: ANN001
+    from gapo.data import make_list_selection_dataset
+
+    model, tok = tiny_model_and_tokenizer
+    config = SFTConfig(
+        model="tiny-random",
+        output_dir=str(tmp_path / "sft"),
+        steps=3,
+        batch_size=2,
+        learning_rate=1e-2,
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        num_prompts=4,
+        max_items=6,
+    )
+    dataset = make_list_selection_dataset(config.num_prompts, config.seed, config.min_items, config.max_items)
+    from gapo.sft import lora_model
+
+    peft_model = lora_model(model, config)
+    before = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" in k}
+    result = train_sft(config, peft_model, tok, dataset)
+    after = dict(peft_model.named_parameters())
+    changed = [k for k, v in before.items() if not torch.equal(v, after[k].detach())]
+    assert any("lora_A" in k for k in changed) and any("lora_B" in k for k in changed)
+    assert len(result.losses) == 3 and all(loss > 0 for loss in result.losses)
+    assert (result.output_dir / "adapter_config.json").is_file()
+    assert json.loads((result.output_dir / "sft_config.json").read_text())["config"]["steps"] == 3
+    assert [p.name for p in tmp_path.iterdir()] == ["sft"]  # no partial directories left
+
+    from gapo.models import load_model_and_tokenizer
+
+    reloaded, _ = load_model_and_tokenizer("tiny-random", adapter=str(result.output_dir))  # a valid adapter
+    assert type(reloaded).__name__.startswith("Peft")
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="steps"):
+        SFTConfig(steps=0)
+    with pytest.raises(ValueError, match="lora_dropout"):
+        SFTConfig(lora_dropout=1.0)
