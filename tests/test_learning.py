@@ -72,7 +72,8 @@ def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
     collapse(model, tokenizer)
     before = sample_answers(model, tokenizer, 64, seed=0)
     jsd_before = jsd_from_uniform(before, ITEMS)
-    assert before.count(ITEMS[0]) >= 40, before  # collapsed onto the first item
+    # Collapsed onto the first item (measured here: JSD 0.48 from uniform).
+    assert jsd_before > 0.3 and max(ITEMS, key=before.count) == ITEMS[0], before
 
     rows = [{"prompt": chat_prompt(list_prompt(ITEMS), PREFIX), "items": ITEMS}] * 64
     args = GAPOConfig(output_dir=str(tmp_path / "gapo"), num_generations=16, per_device_train_batch_size=16,
