@@ -17,7 +17,9 @@ headline numbers and the `config` that produced them; `write_json` stores all th
 | `baselines`         | Appendix G, Table 8       | <model>/mean_jsd, <model>/unique_at_n |
 
 Answers are matched to list items after `normalize_answer` (case, spacing, edge punctuation), so "mars." counts as
-"Mars"; anything else, and a completion without ``<answer>...</answer>``, is invalid (the paper's NV).
+"Mars"; anything else, and a completion without ``<answer>...</answer>``, is invalid (the paper's NV). Small base
+models often answer a bare "Mars" without the tags, so `uniformity` also reports ``*_lenient`` numbers
+(`parse_item`), and `bias_case_study` takes ``lenient=True``. The ``score_*`` functions re-score saved samples.
 """
 
 from __future__ import annotations
