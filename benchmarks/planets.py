@@ -31,8 +31,16 @@ def main() -> None:
     prompt = user_message(list_prompt(planets))
     report = {"model": args.model, "adapter": args.adapter, "n": args.n, "seed": args.seed}
     for name, prefix in (("prefill", "<answer>"), ("no_prefill", None)):
-        (texts,) = sample_completions(model, tokenizer, [prompt], args.n, temperature=1.0, seed=args.seed,
-                                      max_new_tokens=48, response_prefix=prefix)
+        (texts,) = sample_completions(
+            model,
+            tokenizer,
+            [prompt],
+            args.n,
+            temperature=1.0,
+            seed=args.seed,
+            max_new_tokens=48,
+            response_prefix=prefix,
+        )
         answers = [extract_answer(t) for t in texts]
         counts = Counter(a if a in planets else "invalid" for a in answers)
         report[name] = {"counts": dict(counts.most_common()), "jsd": jsd_from_uniform(answers, planets)}

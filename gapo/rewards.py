@@ -115,7 +115,9 @@ def validate_group_rewards(name: str, rewards: Any, group_size: int) -> list[flo
 
 
 @group_reward
-def frequency_reward(prompts: list[Any], completions: list[Any], items: list[Sequence[str]], **kwargs: Any) -> list[float]:
+def frequency_reward(
+    prompts: list[Any], completions: list[Any], items: list[Sequence[str]], **kwargs: Any
+) -> list[float]:
     """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`."""
     answers = [extract_answer(completion_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
     return frequency_aware_rewards(answers, items[0])

@@ -207,7 +207,13 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     return summary
 
 
-KEY_METRICS = ("reward", "rewards/mean", "diversity/valid_fraction", "diversity/group_jsd", "train/frac_zero_std_groups")
+KEY_METRICS = (
+    "reward",
+    "rewards/mean",
+    "diversity/valid_fraction",
+    "diversity/group_jsd",
+    "train/frac_zero_std_groups",
+)
 
 
 def summarize(metrics_path: Path) -> dict[str, Any]:

@@ -69,7 +69,9 @@ class GAPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         if self.num_generations is not None and self.num_generations < 2:
-            raise ValueError(f"num_generations must be at least 2 (a group needs a baseline), got {self.num_generations}")
+            raise ValueError(
+                f"num_generations must be at least 2 (a group needs a baseline), got {self.num_generations}"
+            )
         cuda = torch.cuda.is_available() and not self.use_cpu
         if self.bf16 is None:
             self.bf16 = bool(cuda and torch.cuda.is_bf16_supported()) and not self.fp16
@@ -174,7 +176,8 @@ def group_diversity_stats(
     answers = [extract_answer(completion_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
     valid = [a is not None and a in set(items[i]) for i, a in enumerate(answers)]
     jsds = [
-        jsd_from_uniform([answers[i] for i in rows], items[rows.start]) for rows in split_groups(len(answers), group_size)
+        jsd_from_uniform([answers[i] for i in rows], items[rows.start])
+        for rows in split_groups(len(answers), group_size)
     ]
     return {"valid_fraction": sum(valid) / len(valid), "group_jsd": sum(jsds) / len(jsds)}
 
@@ -299,11 +302,34 @@ class GAPOTrainer(GRPOTrainer):
             metrics["diversity/valid_fraction"].append(stats["valid_fraction"])
             metrics["diversity/group_jsd"].append(stats["group_jsd"])
 
+    # -- shared-prompt generation --------------------------------------------------------------------------------
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
+        """TRL's generation, with each distinct prompt prefilled once (gapo.prefix.trainer_generation).
+
+        The G copies of a prompt otherwise run the whole prompt through the model G times before the first token; the
+        prefill is shared and TRL's own sampling, EOS cut and padding run unchanged. A no-op with vLLM, continuous
+        batching, images, or `shared_prompt_forward=False`.
+        """
+        from gapo import prefix
+
+        with prefix.trainer_generation(self, images, multimodal_fields):
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+
     # -- shared-prompt log-prob pass -----------------------------------------------------------------------------
 
     def _get_per_token_logps_and_entropies(  # noqa: ANN202
-        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False,  # noqa: ANN001
-        compute_aux_loss=False, **kwargs,  # noqa: ANN001
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,  # noqa: ANN001
+        compute_aux_loss=False,
+        **kwargs,  # noqa: ANN001
     ):
         multimodal = any(v is not None for v in kwargs.values())
         if self.args.shared_prompt_forward and not multimodal and not compute_aux_loss:
@@ -326,4 +352,3 @@ class GAPOTrainer(GRPOTrainer):
         return super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **kwargs
         )
-

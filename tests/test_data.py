@@ -83,8 +83,12 @@ def test_response_prefix_adds_an_assistant_turn():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"n": 0}, "n must be positive"), ({"min_items": 1}, "min_items"), ({"categories": ["Planets"]}, "unknown"),
-     ({"max_items": 40, "categories": ["Letters"]}, "smallest pool")],
+    [
+        ({"n": 0}, "n must be positive"),
+        ({"min_items": 1}, "min_items"),
+        ({"categories": ["Planets"]}, "unknown"),
+        ({"max_items": 40, "categories": ["Letters"]}, "smallest pool"),
+    ],
 )
 def test_bad_arguments(kwargs, message):  # noqa: ANN001
     args = {"n": 5, "seed": 0} | kwargs
@@ -94,8 +98,13 @@ def test_bad_arguments(kwargs, message):  # noqa: ANN001
 
 @pytest.mark.parametrize(
     ("items", "message"),
-    [([], "non-empty list"), (None, "non-empty list"), (["a", "a"], "duplicate 'a'"), (["a", 3], "non-empty string"),
-     (["a", ""], "non-empty string")],
+    [
+        ([], "non-empty list"),
+        (None, "non-empty list"),
+        (["a", "a"], "duplicate 'a'"),
+        (["a", 3], "non-empty string"),
+        (["a", ""], "non-empty string"),
+    ],
 )
 def test_validate_items_column(items, message):  # noqa: ANN001
     good = {"prompt": [[{"role": "user", "content": "x"}]] * 2, "items": [["x", "y"], items]}

@@ -20,26 +20,36 @@ PREFIX = "<answer>"
 
 
 def sample_answers(model, tokenizer, n: int, seed: int) -> list[str | None]:  # noqa: ANN001
-    text = tokenizer.apply_chat_template(chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False,
-                                         continue_final_message=True)
+    text = tokenizer.apply_chat_template(
+        chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False, continue_final_message=True
+    )
     ids = tokenizer(text, return_tensors="pt").input_ids
     torch.manual_seed(seed)
     with torch.no_grad():
-        out = model.generate(ids, do_sample=True, temperature=1.0, top_p=1.0, max_new_tokens=6, num_return_sequences=n,
-                             pad_token_id=tokenizer.pad_token_id)
-    texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+        out = model.generate(
+            ids,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            max_new_tokens=6,
+            num_return_sequences=n,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
     return [extract_answer(PREFIX + t) for t in texts]
 
 
 def collapse(model, tokenizer, weights=(0.85, 0.05, 0.05, 0.05), steps: int = 50) -> None:  # noqa: ANN001
     """Fit the model to a mode-collapsed answer distribution: mostly ITEMS[0], the others rarely (as the real model,
     which still samples its minority answers; a policy that never samples an item cannot be taught it by RL)."""
-    prompt = tokenizer.apply_chat_template(chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False,
-                                           continue_final_message=True)
+    prompt = tokenizer.apply_chat_template(
+        chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False, continue_final_message=True
+    )
     # Tokenised apart, as in generation: "<answer>" + "Lion" would otherwise merge into the token ">L".
     prompt_ids = tokenizer(prompt).input_ids
-    answers = [tokenizer(f"{item}</answer>", add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-               for item in ITEMS]
+    answers = [
+        tokenizer(f"{item}</answer>", add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for item in ITEMS
+    ]
     width = len(prompt_ids) + max(map(len, answers))
     ids = torch.full((len(ITEMS), width), tokenizer.pad_token_id)
     labels = torch.full((len(ITEMS), width), -100)
@@ -66,8 +76,9 @@ def collapse(model, tokenizer, weights=(0.85, 0.05, 0.05, 0.05), steps: int = 50
 def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
     import datasets
 
-    spec = TinyRandomSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                          num_key_value_heads=2, seed=1)
+    spec = TinyRandomSpec(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, seed=1
+    )
     model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu", tiny_spec=spec)
     collapse(model, tokenizer)
     before = sample_answers(model, tokenizer, 64, seed=0)
@@ -76,12 +87,25 @@ def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
     assert jsd_before > 0.3 and max(ITEMS, key=before.count) == ITEMS[0], before
 
     rows = [{"prompt": chat_prompt(list_prompt(ITEMS), PREFIX), "items": ITEMS}] * 64
-    args = GAPOConfig(output_dir=str(tmp_path / "gapo"), num_generations=16, per_device_train_batch_size=16,
-                      max_steps=15, max_completion_length=6, learning_rate=1e-3, logging_steps=5,
-                      save_strategy="no", seed=0)
-    trainer = GAPOTrainer(model=model, reward_funcs=[frequency_reward], args=args,
-                          train_dataset=datasets.Dataset.from_list(rows), processing_class=tokenizer,
-                          peft_config=None)  # full-parameter: LoRA's own steps are covered in test_trainer
+    args = GAPOConfig(
+        output_dir=str(tmp_path / "gapo"),
+        num_generations=16,
+        per_device_train_batch_size=16,
+        max_steps=15,
+        max_completion_length=6,
+        learning_rate=1e-3,
+        logging_steps=5,
+        save_strategy="no",
+        seed=0,
+    )
+    trainer = GAPOTrainer(
+        model=model,
+        reward_funcs=[frequency_reward],
+        args=args,
+        train_dataset=datasets.Dataset.from_list(rows),
+        processing_class=tokenizer,
+        peft_config=None,
+    )  # full-parameter: LoRA's own steps are covered in test_trainer
     trainer.train()
     after = sample_answers(trainer.model.eval(), tokenizer, 64, seed=0)
     jsd_after = jsd_from_uniform(after, ITEMS)

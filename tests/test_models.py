@@ -54,10 +54,11 @@ def test_tiny_random(tokenizer):  # noqa: ANN001
     n_params = sum(p.numel() for p in model.parameters())
     assert 0.5e6 < n_params < 2e6
     assert len(tok) == model.config.vocab_size and tok.pad_token is not None
-    assert "<|im_start|>assistant" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                                                add_generation_prompt=True)
+    assert "<|im_start|>assistant" in tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     again, _ = models.load_model_and_tokenizer("tiny-random", device="cpu")
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True))
 
 
 def test_unknown_model_offline_lists_what_works(monkeypatch):  # noqa: ANN001
@@ -74,8 +75,9 @@ def test_adapter_errors(tmp_path):  # noqa: ANN001
     with pytest.raises(models.ModelLoadError, match="no LoRA adapter"):
         models.attach_adapter(model, str(tmp_path / "missing"))
     # An adapter trained on a differently shaped base does not fit.
-    other, _ = models.load_model_and_tokenizer("tiny-random", device="cpu",
-                                               tiny_spec=models.TinyRandomSpec(hidden_size=16, intermediate_size=32))
+    other, _ = models.load_model_and_tokenizer(
+        "tiny-random", device="cpu", tiny_spec=models.TinyRandomSpec(hidden_size=16, intermediate_size=32)
+    )
     peft = get_peft_model(other, LoraConfig(r=2, target_modules=["q_proj"]))
     peft.save_pretrained(str(tmp_path / "adapter"))
     model, _ = models.load_model_and_tokenizer("tiny-random", device="cpu")
@@ -92,8 +94,9 @@ def test_embedded_conversion_is_exact():
     model, tok = models.load_model_and_tokenizer("embedded", device="cpu")
     gguf = models.embedded_gguf_path()
     reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-    text = tok.apply_chat_template([{"role": "user", "content": "Name a planet."}], tokenize=False,
-                                   add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "Name a planet."}], tokenize=False, add_generation_prompt=True
+    )
     ids = tok(text, return_tensors="pt").input_ids
     with torch.no_grad():
         diff = (model(ids).logits - reference(ids).logits).abs().max().item()

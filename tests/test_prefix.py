@@ -208,7 +208,7 @@ def _length_reward(completions, **kwargs):  # noqa: ANN001, ANN003, ANN202
     return [float(len(c[-1]["content"] if isinstance(c, list) else c) % 7) for c in completions]
 
 
-def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
+def test_trainer_step_matches_stock_trl(tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """One GAPOTrainer step (shared-prompt log-probs and generation) against TRL's GRPOTrainer on tiny-random: same
     completions, same loss, same gradient norm."""
     from transformers.trainer_utils import set_seed
@@ -217,13 +217,6 @@ def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
     from gapo.data import make_list_selection_dataset
     from gapo.models import load_tokenizer
     from gapo.trainer import GAPOConfig, GAPOTrainer, lora_config
-
-    class SharedGeneration(GAPOTrainer):
-        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
-            with prefix.trainer_generation(self, images, multimodal_fields):
-                return super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-                )
 
     tokenizer = load_tokenizer("tiny-random")
     dataset = make_list_selection_dataset(1, seed=0)
@@ -252,10 +245,18 @@ def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
         lora_target_modules=["q_proj", "v_proj"],
         shared_prompt_forward=True,
     )
+    shared_calls = []
+    real_shared = prefix.generate_with_shared_prompt
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        shared_calls.append(1)
+        return real_shared(*args, **kwargs)
+
+    monkeypatch.setattr(prefix, "generate_with_shared_prompt", counting)
     results = {}
     for name, cls, args in (
         ("trl", GRPOTrainer, GRPOConfig(output_dir=str(tmp_path / "t"), **common)),
-        ("gapo", SharedGeneration, gapo_args),
+        ("gapo", GAPOTrainer, gapo_args),
     ):
         set_seed(0)
         model = tiny_random_model(tokenizer, SPEC)
@@ -280,7 +281,9 @@ def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
         results[name] = (trainer.state.log_history[0], seen[0])
         if name == "gapo":
             assert getattr(trainer, "_shared_prompt_note", None) is None  # the shared log-prob path ran
-            assert not any("generation off" in m for m in prefix._warned)  # and shared generation
+            assert shared_calls and not any("generation off" in m for m in prefix._warned)  # and shared generation
+        else:
+            assert not shared_calls  # stock TRL never goes through it
     (trl_log, trl_ids), (gapo_log, gapo_ids) = results["trl"], results["gapo"]
     assert torch.equal(gapo_ids, trl_ids)  # same seed, same sampling: the shared prefill changes nothing
     assert trl_log["grad_norm"] > 0

@@ -156,8 +156,12 @@ def test_group_reward_decorator_on_callable_object():
 
 @pytest.mark.parametrize(
     ("output", "message"),
-    [([1.0], "returned 1 rewards for a group of 2"), ([1.0, float("nan")], "non-finite"), ([0.0, math.inf], "non-finite"),
-     (None, "must return a list")],
+    [
+        ([1.0], "returned 1 rewards for a group of 2"),
+        ([1.0, float("nan")], "non-finite"),
+        ([0.0, math.inf], "non-finite"),
+        (None, "must return a list"),
+    ],
 )
 def test_validate_group_rewards_errors(output, message):  # noqa: ANN001
     with pytest.raises(ValueError, match=message):

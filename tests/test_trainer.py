@@ -124,8 +124,15 @@ def test_steps_change_lora_weights_and_log_metrics(tmp_path, shared_prompt_forwa
     assert changed, "no LoRA weight changed after two GAPO steps"
     assert seen_group_sizes == [4, 4]
     logged = {k for row in trainer.state.log_history for k in row}
-    for key in ("rewards/mean", "rewards/std", "diversity/valid_fraction", "diversity/group_jsd",
-                "train/frac_zero_std_groups", "rewards/frequency/mean", "rewards/per_completion_length/mean"):
+    for key in (
+        "rewards/mean",
+        "rewards/std",
+        "diversity/valid_fraction",
+        "diversity/group_jsd",
+        "train/frac_zero_std_groups",
+        "rewards/frequency/mean",
+        "rewards/per_completion_length/mean",
+    ):
         assert key in logged, key
 
 
@@ -135,16 +142,27 @@ def test_bad_dataset_rows_fail_before_training(tmp_path):  # noqa: ANN001
     model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
     bad = datasets.Dataset.from_dict({"prompt": [[{"role": "user", "content": "pick"}]], "items": [["a", "a"]]})
     with pytest.raises(ValueError, match="duplicate 'a'"):
-        GAPOTrainer(model=model, reward_funcs=[frequency_reward], args=tiny_args(tmp_path), train_dataset=bad,
-                    processing_class=tokenizer)
+        GAPOTrainer(
+            model=model,
+            reward_funcs=[frequency_reward],
+            args=tiny_args(tmp_path),
+            train_dataset=bad,
+            processing_class=tokenizer,
+        )
 
 
 def test_prefilled_answer_is_continued_not_closed(tmp_path):  # noqa: ANN001
     """TRL 1.16 closes a pre-filled assistant turn and opens a new one; GAPOTrainer continues it."""
     model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
     dataset = make_list_selection_dataset(4, seed=0, response_prefix="<answer>")
-    trainer = GAPOTrainer(model=model, reward_funcs=[frequency_reward], args=tiny_args(tmp_path),
-                          train_dataset=dataset, processing_class=tokenizer, peft_config=lora_config(tiny_args(tmp_path)))
+    trainer = GAPOTrainer(
+        model=model,
+        reward_funcs=[frequency_reward],
+        args=tiny_args(tmp_path),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config(tiny_args(tmp_path)),
+    )
     prompts = [dataset[0]["prompt"], [dataset[1]["prompt"][0]]]  # one pre-filled, one plain
     ids, images, fields = trainer._tokenize_prompts(prompts)
     texts = [tokenizer.decode(x) for x in ids]
