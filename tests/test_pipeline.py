@@ -90,7 +90,10 @@ def test_entry_point_sections_stay_readable_by_their_commands() -> None:
     from gapo.train import TrainConfig
 
     train = config_from_cli(TrainConfig, ["--params", str(PARAMS)], "gapo train", "train", "")
-    assert train.model == "embedded" and train.num_generations == 16 and train.max_steps == 40
+    raw = yaml.safe_load(PARAMS.read_text())["train"]
+    assert train.model == "embedded" and train.num_generations == raw["num_generations"] == 16
+    assert train.max_steps == raw["max_steps"]
+    assert train.per_device_train_batch_size == raw["per_device_train_batch_size"]
     data = config_from_cli(DataConfig, ["--params", str(PARAMS)], "gapo data", "data", "")
     assert data.num_prompts == train.num_prompts and data.seed == train.seed
     assert data.response_prefix == train.response_prefix
