@@ -61,6 +61,18 @@ def run_batched(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noq
     )[0]
 
 
+def _sampling_kwargs(tokenizer, cfg: BenchConfig) -> dict:  # noqa: ANN001
+    """`generate` settings shared by the two `generate` variants: pure temperature-1 sampling, the same cap."""
+    return dict(
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        max_new_tokens=cfg.max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
 def run_generate_cache(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noqa: ANN001
     from transformers import DynamicCache
 
@@ -71,16 +83,7 @@ def run_generate_cache(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:
         cache = model(input_ids=ids[:, :-1], past_key_values=DynamicCache(config=model.config), use_cache=True)
         cache = cache.past_key_values
         cache.batch_repeat_interleave(cfg.n)  # (n, heads, P-1, d): the prompt encoded once, shared by n rows
-        out = model.generate(
-            ids.expand(cfg.n, -1),
-            past_key_values=cache,
-            do_sample=True,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=0,
-            max_new_tokens=cfg.max_new_tokens,
-            pad_token_id=tokenizer.pad_token_id,
-        )
+        out = model.generate(ids.expand(cfg.n, -1), past_key_values=cache, **_sampling_kwargs(tokenizer, cfg))
     return [tokenizer.decode(row[ids.shape[1] :], skip_special_tokens=True) for row in out]
 
 
@@ -91,15 +94,7 @@ def run_loop(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noqa: 
     texts = []
     with torch.inference_mode():
         for _ in range(cfg.n):
-            out = model.generate(
-                ids,
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                max_new_tokens=cfg.max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-            )
+            out = model.generate(ids, **_sampling_kwargs(tokenizer, cfg))
             texts.append(tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True))
     return texts
 
