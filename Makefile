@@ -31,9 +31,11 @@ test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The whole pipeline (data -> training -> every figure and table) for a profile: embedded (default), smoke, paper.
+# `gapo.pipeline use` prints where to run it: the repository for embedded (the committed results), and
+# runs/profiles/<name>/ for any other profile, so that a profile run never rewrites tracked files.
 reproduce: venv
-	$(BIN)/python -m gapo.pipeline use $(PROFILE)
-	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/dvc repro
+	root="$$($(BIN)/python -m gapo.pipeline use $(PROFILE))" && cd "$$root" && \
+		PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/dvc" repro
 
 lint: venv
 	$(BIN)/ruff check gapo tests benchmarks notebooks

@@ -97,6 +97,14 @@ class Args:
     lora_target: str = field(
         default="attention", metadata={"help": "attention (q,k,v,o) or all (attention + MLP projections)."}
     )
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout (the paper: 0.1)."})
+    device: str = field(
+        default="auto",
+        metadata={
+            "help": "auto | cpu | cuda. On CUDA both trainers keep their own defaults for precision (bf16) and "
+            "gradient checkpointing (on), as GAPOConfig and GRPOConfig pick them; on CPU both run float32 without."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seed for data, LoRA init and sampling (both trainers)."})
     json_out: str | None = field(default=None, metadata={"help": "Also write the results to this JSON file."})
 
@@ -111,6 +119,10 @@ class Args:
             raise ValueError(f"--micro_batch {self.micro_batch} and G {self.num_generations} must divide one another")
         if self.lora_target not in ("attention", "all"):
             raise ValueError(f"--lora_target must be attention or all, got {self.lora_target!r}")
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: no CUDA GPU is visible here")
 
     @property
     def target_modules(self) -> list[str]:
@@ -330,9 +342,10 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
     from transformers.trainer_utils import set_seed
     from trl import GRPOConfig, GRPOTrainer
 
+    from gapo.backends import lora_config
     from gapo.data import make_list_selection_dataset
     from gapo.rewards import frequency_reward
-    from gapo.trainer import GAPOConfig, GAPOTrainer, lora_config
+    from gapo.trainer import GAPOConfig, GAPOTrainer
 
     dataset = make_list_selection_dataset(max_steps, seed=args.seed)
     common = dict(
@@ -348,7 +361,9 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
         seed=args.seed,
         use_cpu=DEVICE == "cpu",
         bf16=DEVICE == "cuda",
-        gradient_checkpointing=False,
+        # CPU: float32 without checkpointing (bf16 backward takes tens of minutes there). CUDA: each trainer's own
+        # default (checkpointing on), which is what a user of either gets.
+        **({"gradient_checkpointing": False} if DEVICE == "cpu" else {}),
         logging_steps=1,
         save_strategy="no",
         report_to="none",
@@ -356,9 +371,13 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
         dataloader_num_workers=0,
     )
     lora = dict(
-        lora_r=args.lora_r, lora_alpha=args.lora_alpha, lora_dropout=0.0, lora_target_modules=args.target_modules
+        lora_r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        lora_target_modules=args.target_modules,
     )
-    gapo_args = GAPOConfig(**common, **lora, shared_prompt_forward=True)
+    # GAPOConfig's device defaults: shared-prompt forward and prefill on CPU, static-cache generation on CUDA.
+    gapo_args = GAPOConfig(**common, **lora)
     if name == "gapo":
         cls, config = GAPOTrainer, gapo_args
     else:
@@ -408,9 +427,11 @@ def run_trainers(args: Args, g: int, names: list[str], max_steps: int) -> dict[s
             name, err = next(iter(errors.items()))
             raise RuntimeError(f"the {name} trainer failed: {err!r}") from err
         note = getattr(trainers.get("gapo"), "_shared_prompt_note", None)
+        base = trainers[names[0]].model
+        params = sum(p.numel() for n, p in base.named_parameters() if "embed_tokens" not in n and "lora_" not in n)
         records = {n: trainers[n].callback_handler.callbacks[-1].records for n in names}
         trainers.clear()  # free both models before the next G
-    return {"records": records, "shared_prompt_fallback": note}
+    return {"records": records, "shared_prompt_fallback": note, "model_params": params}
 
 
 def run_pair(args: Args, g: int) -> dict[str, Any]:
@@ -443,6 +464,19 @@ COLUMNS = (
 )
 
 
+#: Dense bf16 peak of one H100 SXM (NVIDIA's datasheet, without sparsity); the device tool measured 769-798 TFLOP/s.
+H100_BF16_PEAK = 989e12
+
+
+def step_flops(params: int, prompt_tokens: float, completion_tokens: float) -> float:
+    """Model FLOPs of one GRPO step with LoRA: 2N per token for the forward of every prompt and completion token,
+    2N for the backward's input gradients (the frozen base needs no weight gradients; LoRA's are negligible), and
+    2N per generated token. Recomputation under gradient checkpointing is not counted (it is overhead, not work).
+    N counts the non-embedding parameters."""
+    tokens = prompt_tokens + completion_tokens
+    return 2 * params * tokens * 2 + 2 * params * completion_tokens
+
+
 def medians(records: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in records) for k in records[0]}
 
@@ -473,6 +507,13 @@ def print_pair(g: int, result: dict[str, Any]) -> float:
         row += f"{m['logp_forward_loss_s'] + m['backward_s']:>16.2f}{tokens_per_s:>10.1f}"
         row += "".join(f"{memory[name][k]:>17.2f}" for k in mem_labels)
         print(row)
+    if DEVICE == "cuda":
+        params = result["model_params"]
+        for name, label in (("trl", "TRL GRPOTrainer"), ("gapo", "GAPOTrainer")):
+            m = med[name]
+            flops = step_flops(params, m["prompt_tokens"], m["completion_tokens"])
+            m["bf16_peak_share"] = flops / m["step_s"] / H100_BF16_PEAK
+            print(f"  {label}: {flops / 1e12:.1f} TFLOP a step, {100 * m['bf16_peak_share']:.1f}% of bf16 peak")
     step_ratio = med["trl"]["step_s"] / med["gapo"]["step_s"]
     logp_ratio = (med["trl"]["logp_forward_loss_s"] + med["trl"]["backward_s"]) / (
         med["gapo"]["logp_forward_loss_s"] + med["gapo"]["backward_s"]
@@ -500,7 +541,6 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
     than `--micro_batch` run in micro-batches (each encodes its prompt once), as in training."""
     from peft import LoraConfig, get_peft_model
     from trl import GRPOTrainer
-    from trl.trainer.utils import add_fused_lm_head
 
     from gapo import prefix
     from gapo.data import make_list_selection_dataset
@@ -512,16 +552,20 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
         lora_dropout=0.0,
         target_modules=args.target_modules,
         task_type="CAUSAL_LM",
-    )  # as gapo.trainer.lora_config
+    )  # as gapo.backends.lora_config
     model = get_peft_model(model, lora)
-    add_fused_lm_head(model.get_base_model(), temperature=1.0, outputs=("log_probs", "entropy"))
     model.train()
     row = make_list_selection_dataset(1, seed=args.seed)[0]
     base = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)
     base = list(base["input_ids"])
     c = args.max_completion_length
-    fake = types.SimpleNamespace(accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext))
-    trl_method = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__
+    fake = types.SimpleNamespace(  # what TRL's log-prob pass reads from its trainer
+        accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext),
+        temperature=1.0,
+        model_kwarg_keys={"logits_to_keep"},
+        _entropy_bonus_enabled=False,
+    )
+    trl_method = GRPOTrainer._full_logits_logps
 
     def batch(g: int, p: int) -> tuple[torch.Tensor, torch.Tensor]:
         prompt = (base * (p // len(base) + 1))[-p:]  # the real prompt, cut or repeated to p tokens
@@ -592,27 +636,6 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
         )
     headline = next(r["speedup"] for r in rows if r["G"] == 16 and r["prompt_tokens"] == p0)
 
-    # TRL's fused LM head projects every position on devices without Triton (CPU) and only the completion positions
-    # with it (CUDA); the shared path always projects only the completion positions. How much of the CPU gap is that:
-    from trl.kernels import ChunkedLogProbFunction
-
-    head = model.get_base_model().get_output_embeddings()
-    g = 16
-    hidden_all = torch.randn(g * (p0 + c - 1), head.weight.size(1), device=DEVICE, requires_grad=True)
-    targets_all = torch.randint(0, head.weight.size(0), (hidden_all.size(0),), device=DEVICE)
-    head_times = {}
-    for label, n in (("all positions (TRL on CPU)", hidden_all.size(0)), ("completion positions", g * c)):
-        sync()
-        t0 = time.perf_counter()
-        logps, ent, *_ = ChunkedLogProbFunction.apply(
-            hidden_all[:n], head.weight, None, targets_all[:n], 1.0, 32768, None, 1.0, ("log_probs", "entropy")
-        )
-        (logps.sum() + ent.sum()).backward()
-        sync()
-        head_times[label] = (n, time.perf_counter() - t0)
-    print(f"  LM head alone (fwd + bwd, G={g}, prompt {p0}):", end="")
-    print(", ".join(f" {label}: {n} positions {t:.2f} s" for label, (n, t) in head_times.items()))
-    rows.append({"lm_head_only": {k: {"positions": n, "seconds": t} for k, (n, t) in head_times.items()}})
     return rows, headline
 
 
@@ -625,7 +648,10 @@ def main(argv: list[str] | None = None) -> None:
     from transformers import HfArgumentParser
     from transformers.utils import logging as hf_logging
 
+    global DEVICE
     (args,) = HfArgumentParser(Args).parse_args_into_dataclasses(args=argv)
+    if args.device != "auto":
+        DEVICE = args.device
     hf_logging.set_verbosity_error()
     device_name = torch.cuda.get_device_name() if DEVICE == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"step_speed: {device_name}; model {args.model_config or args.model}; torch {torch.__version__}")
@@ -647,7 +673,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.json_out:
         with open(args.json_out, "w") as f:
             json.dump(results, f, indent=1)
-    print(f"speedup_vs_trl={speedup:.2f}")
+    if DEVICE == "cuda":
+        print("stock TRL with vLLM: not run here (vllm 0.31 pins torch 2.13; see docs/performance.md)")
+    print(f"{'gpu_' if DEVICE == 'cuda' else ''}speedup_vs_trl={speedup:.2f}")
 
 
 if __name__ == "__main__":

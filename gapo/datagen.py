@@ -34,12 +34,18 @@ def write_dataset(cfg: DataConfig) -> dict[str, int]:
         cfg.num_prompts, cfg.seed, cfg.min_items, cfg.max_items, cfg.categories, cfg.response_prefix
     )
     out = Path(cfg.out)
+    if out.is_dir():
+        raise FileExistsError(f"--out {out} is a directory; pass a file path such as {out / 'train.jsonl'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".partial-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for row in rows:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):  # a failed write or rename leaves nothing half-written behind
+            os.unlink(tmp)
     return dict(Counter(r["category"] for r in rows))
 
 

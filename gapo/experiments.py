@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from gapo import eval_prompts as ep
+from gapo.equivalence import match_item
 from gapo.metrics import (
     INVALID,
     coverage,
@@ -119,17 +120,6 @@ def _take(mapping: Mapping[str, Any], limit: int | None) -> dict[str, Any]:
     if not mapping:
         raise ValueError("no lists/prompts given")
     return dict(list(mapping.items())[:limit])
-
-
-def match_item(answer: str | None, items: Sequence[str]) -> str | None:
-    """The list item an extracted answer names (after `normalize_answer`), or None when it names none."""
-    key = normalize_answer(answer)
-    if key is None:
-        return None
-    for item in items:
-        if normalize_answer(item) == key:
-            return item
-    return None
 
 
 def parse_item(text: str, items: Sequence[str], lenient: bool = False) -> str | None:

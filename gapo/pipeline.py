@@ -13,14 +13,21 @@ profile, ``profiles.<name>.<section>`` changes them (key by key; the name -> spe
 From a shell (the lead may expose these as ``gapo pipeline ...``)::
 
     python -m gapo.pipeline check smoke             # exit 2 with one line for an unknown profile or bad params
-    python -m gapo.pipeline use paper               # set `profile:` in params.yaml (what `dvc repro` then runs)
+    python -m gapo.pipeline use smoke               # prepare the profile's workspace; prints where to `dvc repro`
     python -m gapo.pipeline show smoke uniformity   # the resolved parameters of one stage (or of all)
+
+Profiles never overwrite the committed results: the default profile (`embedded`) runs in the repository itself and
+writes figures/, metrics/, results/ and dvc.lock; any other profile runs in its own workspace,
+``runs/profiles/<name>/`` (git-ignored), a copy of what the pipeline reads (dvc.yaml, notebooks, code, shipped data)
+with its own params.yaml, dvc.lock, DVC cache and outputs. `make reproduce PROFILE=x` does `use x`, then `dvc repro`
+in the directory it prints.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import filecmp
 import gc
 import json
 import os
@@ -36,6 +43,18 @@ import yaml
 
 DEFAULT_PARAMS = "params.yaml"
 DEFAULT_PROFILE = "embedded"
+
+#: Where a non-default profile's workspace goes, relative to the repository root (git-ignored through runs/).
+PROFILE_ROOT = Path("runs") / "profiles"
+
+#: The workspace's DVC config: no git (the workspace lies inside the git-ignored runs/, which DVC would refuse).
+WORKSPACE_DVC_CONFIG = "[core]\n    no_scm = true\n    analytics = false\n"
+
+#: Besides the stages' source dependencies, what a workspace needs to run `dvc repro`.
+WORKSPACE_FILES = ("dvc.yaml", ".dvcignore")
+
+#: Never copied into a workspace (Python and Jupyter byproducts, which .dvcignore also skips).
+SKIPPED_NAMES = frozenset({"__pycache__", ".ipynb_checkpoints"})
 
 #: Sections whose profile value replaces the embedded one whole (they map names to specs; merging would mix models).
 REPLACED_SECTIONS: frozenset[str] = frozenset({"models", "policies"})
@@ -206,6 +225,96 @@ def set_profile(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> None:
         _write_text_atomic(path, new)
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Profile workspaces: a non-default profile never writes the committed results
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _dvc_paths(entries: Any) -> list[str]:
+    """The paths of a dvc.yaml `deps`/`outs`/`metrics`/`plots` list (entries are strings or {path: options})."""
+    return [next(iter(e)) if isinstance(e, Mapping) else str(e) for e in entries or []]
+
+
+def source_paths(dvc_file: str | Path = "dvc.yaml") -> list[str]:
+    """What the pipeline reads and no stage writes (notebooks, code, shipped data), plus the DVC files themselves."""
+    stages = (yaml.safe_load(Path(dvc_file).read_text(encoding="utf-8")) or {}).get("stages", {})
+    written = {
+        p for stage in stages.values() for kind in ("outs", "metrics", "plots") for p in _dvc_paths(stage.get(kind))
+    }
+    read = {p for stage in stages.values() for p in _dvc_paths(stage.get("deps"))}
+    return sorted(read - written) + list(WORKSPACE_FILES)
+
+
+def _sync(src: Path, dst: Path) -> None:
+    """Make `dst` a copy of file or directory `src`, rewriting only what differs (DVC then re-hashes only that)."""
+    if src.is_dir():
+        wanted = {p.relative_to(src) for p in src.rglob("*") if p.is_file() and not SKIPPED_NAMES & set(p.parts)}
+        for rel in wanted:
+            _sync(src / rel, dst / rel)
+        for stale in [p for p in dst.rglob("*") if p.is_file() and p.relative_to(dst) not in wanted]:
+            if not SKIPPED_NAMES & set(stale.parts):
+                stale.unlink()
+        return
+    if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dst)
+
+
+def workspace_dir(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> Path:
+    """Where `dvc repro` runs for `profile`: the repository for the default profile, else runs/profiles/<name>."""
+    repo = Path(params_file).resolve().parent
+    return repo if profile == DEFAULT_PROFILE else repo / PROFILE_ROOT / profile
+
+
+def needs_gpu(resolved: Mapping[str, Mapping[str, Any]]) -> bool:
+    """A profile that samples with vLLM or trains with Unsloth or vLLM can only run on a CUDA GPU."""
+    train = resolved.get("train", {})
+    return (
+        resolved.get("sampling", {}).get("backend") == "vllm"
+        or train.get("backend") == "unsloth"
+        or bool(train.get("use_vllm"))
+    )
+
+
+def check_device(profile: str, resolved: Mapping[str, Mapping[str, Any]]) -> None:
+    """One line, before anything is synced or run, for a GPU profile on a machine without CUDA."""
+    if needs_gpu(resolved):
+        from gapo.backends import require_cuda
+
+        try:
+            require_cuda(f"profile {profile!r} (vLLM sampling or Unsloth/vLLM training)")
+        except ValueError as err:
+            raise PipelineError(str(err)) from None
+
+
+def use_profile(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> Path:
+    """Make `profile` ready for `dvc repro` and return the directory to run it in.
+
+    The default profile runs in the repository (params.yaml's `profile:` is set back to it if it was changed). Any
+    other profile gets a workspace of its own (`workspace_dir`): the pipeline's sources are synced into it and its
+    params.yaml names the profile, so the repository's params.yaml, dvc.lock and committed results stay untouched.
+    """
+    check_device(profile, resolve(profile, params_file))
+    if profile == DEFAULT_PROFILE:
+        set_profile(profile, params_file)
+        return workspace_dir(profile, params_file)
+    repo, workspace = Path(params_file).resolve().parent, workspace_dir(profile, params_file)
+    for rel in source_paths(repo / "dvc.yaml"):
+        if not (repo / rel).exists():
+            raise PipelineError(f"{repo / rel} is missing: the pipeline reads it (dvc.yaml); restore it from git")
+        _sync(repo / rel, workspace / rel)
+    text = Path(params_file).read_text(encoding="utf-8")
+    new, count = re.subn(r"(?m)^profile:[ \t]*[^\s#]+", f"profile: {profile}", text, count=1)
+    if count != 1:
+        raise PipelineError(f"no top-level `profile:` line in {params_file}")
+    if not (workspace / "params.yaml").is_file() or (workspace / "params.yaml").read_text(encoding="utf-8") != new:
+        _write_text_atomic(workspace / "params.yaml", new)
+    if not (workspace / ".dvc" / "config").is_file():
+        _write_text_atomic(workspace / ".dvc" / "config", WORKSPACE_DVC_CONFIG)
+    return workspace
+
+
 def enter_root(params_file: str | Path = DEFAULT_PARAMS) -> Path:
     """Change to the directory the pipeline's relative paths start from, and return it.
 
@@ -305,10 +414,15 @@ def prepare_run_dir(run_dir: str | Path, config: Mapping[str, Any]) -> bool:
     run_dir = Path(run_dir)
     if not run_dir.exists():
         return False
+    from gapo.train import last_checkpoint
+
     saved = run_dir / "config.json"
-    same = saved.is_file() and _comparable(json.loads(saved.read_text(encoding="utf-8"))) == _comparable(config)
-    has_checkpoint = any(p.name.split("-")[-1].isdigit() for p in run_dir.glob("checkpoint-*"))
-    if same and has_checkpoint and not (run_dir / "adapter").exists():
+    try:
+        same = saved.is_file() and _comparable(json.loads(saved.read_text(encoding="utf-8"))) == _comparable(config)
+    except json.JSONDecodeError:  # torn by a kill: not a run we can trust
+        same = False
+    # Only a complete checkpoint counts: a kill during a save leaves a partial one, which `train` skips (and says so).
+    if same and not (run_dir / "adapter").exists() and last_checkpoint(run_dir) is not None:
         return True
     shutil.rmtree(run_dir)
     return False
@@ -385,8 +499,16 @@ def write_csv(path: str | Path, table: Any) -> Path:
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file; a line that is not JSON is a one-line error naming the file and line."""
+    rows = []
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}: line {number} is not JSON ({err.msg})") from err
+    return rows
 
 
 def read_csv_rows(path: str | Path) -> list[dict[str, str]]:
@@ -406,7 +528,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("check", help="validate a profile (exit 2 with one line if it is unknown or broken)").add_argument(
         "profile", nargs="?"
     )
-    sub.add_parser("use", help="validate a profile and set it as params.yaml's `profile:`").add_argument("profile")
+    sub.add_parser(
+        "use",
+        help="prepare a profile for `dvc repro` and print the directory to run it in (the repository for "
+        "embedded, runs/profiles/<name> for the others)",
+    ).add_argument("profile")
     show = sub.add_parser("show", help="print the resolved parameters of a profile (all stages or one)")
     show.add_argument("profile", nargs="?")
     show.add_argument("stage", nargs="?", choices=list(STAGES))
@@ -416,8 +542,9 @@ def main(argv: list[str] | None = None) -> int:
             resolved = resolve(args.profile, args.params)
             print(f"profile {resolved['profile']['name']}: ok ({len(STAGES)} stages)")
         elif args.command == "use":
-            set_profile(args.profile, args.params)
-            print(f"{args.params}: profile {args.profile}")
+            workspace = use_profile(args.profile, args.params)
+            print(f"profile {args.profile}: run `dvc repro` in {workspace}", file=sys.stderr)
+            print(workspace)  # the only stdout line: `make reproduce` changes to it
         else:
             if args.stage:
                 shown: Any = stage_params(args.stage, args.profile, args.params)

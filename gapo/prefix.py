@@ -57,6 +57,10 @@ logger = logging.getLogger(__name__)
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 
+#: Completion tokens per chunk through the LM head: bounds the live logits to LOGPROB_ROWS x vocabulary floats.
+LOGPROB_ROWS = 1024
+
+
 class Unsupported(RuntimeError):
     """This model or configuration is not handled by the shared-prompt path; the message says why."""
 
@@ -92,7 +96,7 @@ def _backbone_and_head(model: nn.Module, for_training: bool) -> tuple[nn.Module,
     text_config = config.get_text_config()
     if text_config is not config:
         raise Unsupported(f"composite (multimodal) config {type(config).__name__}")
-    checkpointing = getattr(lm, "is_activation_checkpointing", None)  # transformers >= 5.x name
+    checkpointing = getattr(lm, "is_activation_checkpointing", None)  # the name in transformers >= 5.23
     if checkpointing is None:
         checkpointing = getattr(lm, "is_gradient_checkpointing", False)
     if for_training and checkpointing:
@@ -177,24 +181,34 @@ def _lm_head_logps(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of `targets` under `softmax(head(hidden) / temperature)`, 0 where `mask` is False.
 
-    Uses TRL's chunked kernel, the one its fused LM head runs, so the (B, C, V) logits are never materialised and the
-    numbers are the plain path's.
+    Only the real (unmasked) positions go through the head, in chunks of rows, each recomputed in backward
+    (activation checkpointing), so the (B, C, V) logits are never held whole; the numbers are TRL's plain path's
+    (`selective_log_softmax` and `entropy_from_logits`, public TRL utilities).
     """
-    from trl.kernels import ChunkedLogProbFunction
-    from trl.trainer import utils as trl_utils
+    from torch.utils.checkpoint import checkpoint
+    from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
-    chunk_size = getattr(trl_utils, "_CHUNKED_LOGPROB_CHUNK_SIZE", 32768)
-    outputs = ("log_probs", "entropy") if compute_entropy else ("log_probs",)
-    weight, bias = head.weight, getattr(head, "bias", None)
-    hidden = hidden.to(weight.device)
-    logps, entropy, *_ = ChunkedLogProbFunction.apply(
-        hidden[mask], weight, bias, targets[mask], temperature, chunk_size, None, 1.0, outputs
-    )
+    hidden = hidden.to(head.weight.device)[mask]  # (N, H), N real completion tokens
+    picked = targets[mask]  # (N,)
+
+    def chunk_logps(h: torch.Tensor, t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = head(h).float() / temperature  # (n, V)
+        entropy = entropy_from_logits(logits) if compute_entropy else logits.new_zeros(t.shape)
+        return selective_log_softmax(logits, t), entropy
+
+    parts = [
+        checkpoint(chunk_logps, hidden[i : i + LOGPROB_ROWS], picked[i : i + LOGPROB_ROWS], use_reentrant=False)
+        if torch.is_grad_enabled()
+        else chunk_logps(hidden[i : i + LOGPROB_ROWS], picked[i : i + LOGPROB_ROWS])
+        for i in range(0, hidden.size(0), LOGPROB_ROWS)
+    ]
+    logps = torch.cat([lp for lp, _ in parts]) if parts else hidden.new_zeros(0, dtype=torch.float32)
     # masked_scatter keeps an all-padding batch connected to the graph (a differentiable zero), as TRL does
     logps = logps.new_zeros(mask.shape).masked_scatter(mask, logps)
-    if entropy is not None:
-        entropy = entropy.new_zeros(mask.shape).masked_scatter(mask, entropy)
-    return logps, entropy
+    if not compute_entropy:
+        return logps, None
+    entropy = torch.cat([e for _, e in parts]) if parts else logps.new_zeros(0)
+    return logps, entropy.new_zeros(mask.shape).masked_scatter(mask, entropy)
 
 
 def _shared_chunk(
@@ -251,7 +265,7 @@ def shared_prompt_logps(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of the completion tokens, encoding each distinct prompt once.
 
-    Same contract as TRL 1.16's `GRPOTrainer._get_per_token_logps_and_entropies` for a text-only model:
+    Same contract as TRL's `GRPOTrainer._get_per_token_logps_and_entropies` for a text-only model:
 
     Args:
         model: the policy (a transformers causal LM, optionally PEFT-wrapped) or the reference model.

@@ -16,6 +16,20 @@ f_v = (number of completions answering v) / (number of valid completions):
 
 A valid answer is rewarded more the rarer it is in the group; a perfectly uniform group gives every valid answer
 exactly 1. Example, V = {a, b}, answers (a, a, a, b): f_a = 3/4, f_b = 1/4, so r = (0.75, 0.75, 0.75, 1.25).
+
+Beyond lists (issue 13), on the same formula or the same partition of the group into classes (`gapo.equivalence`):
+
+| reward                         | valid answers get                          | needs columns     |
+|--------------------------------|--------------------------------------------|-------------------|
+| `frequency_reward`             | 1 - (f_o - 1/L)                            | items             |
+| `target_distribution_reward`   | 1 - (f_o - p_o), p a target over the items | items, target     |
+| `ClassFrequencyReward(...)`    | 1 - (f_c - 1/L) over equivalence classes   | (category)        |
+| `QualityDiversityReward(...)`  | q * d or q + w * d, d = share of others    | what quality needs |
+|                                | in another class                           |                   |
+
+Every one gives -1 to an invalid completion: no single ``<answer>`` (see `extract_answer`), an answer not in the
+list, or one the validity check rejects. List answers are matched with `gapo.equivalence.match_item`, the rule the
+evaluation uses too.
 """
 
 from __future__ import annotations
@@ -23,54 +37,180 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, Literal
+
+from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+OPEN_TAG, CLOSE_TAG = "<answer>", "</answer>"
 
 #: Attribute set on functions/objects marked by `group_reward`.
 GROUP_REWARD_ATTR = "_gapo_group_reward"
 
+#: The reward of an invalid completion: the minimum of every reward here.
+INVALID_REWARD = -1.0
+
+#: Per-answer validity: the extracted answer text -> is it a member of the category?
+Validity = Callable[[str], bool]
+
 
 def extract_answer(text: str | None) -> str | None:
-    """The stripped content of the last complete ``<answer>...</answer>`` pair in `text`, or None when there is none.
+    """The stripped content of the one ``<answer>...</answer>`` pair in `text`; None unless there is exactly one.
+
+    One answer means one answer: a completion with two or more ``<answer>`` (or ``</answer>``) tags, or without a
+    complete pair, has no answer, so the rewards give it -1 and every metric counts it invalid. (This used to take
+    the *last* pair; a trained model then wrote ``<answer>Topaz</answer><answer>Jade</answer>...`` and was scored on
+    a near-random one of them, which fooled both the reward and the JSD.) Text around the one pair is allowed.
 
     >>> extract_answer("I pick <answer> Mars </answer>")
     'Mars'
-    >>> extract_answer("<answer>a</answer> no, <answer>b</answer>")
-    'b'
+    >>> extract_answer("<answer>a</answer> no, <answer>b</answer>") is None
+    True
     >>> extract_answer("<answer>unfinished") is None
     True
     """
-    if not text:
+    if not text or text.count(OPEN_TAG) != 1 or text.count(CLOSE_TAG) != 1:
         return None
-    matches = ANSWER_RE.findall(text)
-    return matches[-1].strip() if matches else None
+    match = ANSWER_RE.search(text)
+    return match.group(1).strip() if match else None
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Pure formulas over one group
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _frequency_rewards(keys: Sequence[Hashable | None], share: Callable[[Any], float]) -> list[float]:
+    """r_i = 1 - (f_{k_i} - share(k_i)) for keys that are not None, -1 otherwise; f over the non-None keys.
+
+    The one formula behind the list, target and class rewards: they differ only in what a key is and its share.
+    """
+    counts = Counter(k for k in keys if k is not None)
+    num_valid = sum(counts.values())
+    return [INVALID_REWARD if k is None else 1.0 - (counts[k] / num_valid - share(k)) for k in keys]
+
+
+def check_target(items: Sequence[str], target: Mapping[str, float | None] | Sequence[float]) -> dict[str, float]:
+    """A target distribution over `items` as ``{item: p}`` (unnamed items get 0), or a one-line error.
+
+    `target` is a list of probabilities in the order of `items` (the dataset column form: Arrow stores it well) or
+    a mapping item -> probability (None values, as Arrow fills struct columns, count as absent).
+    """
+    if len(set(items)) != len(items):
+        dup = next(item for item in items if list(items).count(item) > 1)
+        raise ValueError(f"target distribution: the list has the duplicate item {dup!r}")
+    if isinstance(target, Mapping):
+        unknown = [k for k, v in target.items() if v is not None and k not in set(items)]
+        if unknown:
+            raise ValueError(
+                f"target names {unknown[0]!r}, which is not in the list {list(items)}; name only the list's items"
+            )
+        probs = {item: 0.0 if target.get(item) is None else target[item] for item in items}
+    else:
+        if len(target) != len(items):
+            raise ValueError(
+                f"target has {len(target)} probabilities for {len(items)} items; give one per item, in list order"
+            )
+        probs = dict(zip(items, target, strict=True))
+    for item, p in probs.items():
+        if not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
+            raise ValueError(f"target probability of {item!r} is {p!r}; probabilities must be finite and >= 0")
+    total = sum(probs.values())
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"target distribution sums to {total:g}, not 1; make the probabilities sum to 1")
+    return {item: float(p) for item, p in probs.items()}
+
+
+def target_distribution_rewards(
+    answers: Sequence[str | None], items: Sequence[str], target: Mapping[str, float | None] | Sequence[float]
+) -> list[float]:
+    """r_i = 1 - (f_{o_i} - p_{o_i}) for answers in `items`, -1 otherwise: the paper's reward towards target p.
+
+    `answers` are list items already (`match_item`), or None. A group sampled exactly at p gives every valid
+    answer 1; an item sampled above its target earns less than 1. Example, p = (a: 0.75, b: 0.25), answers
+    (a, a, b, b): f = (0.5, 0.5), r = (1.25, 1.25, 0.75, 0.75), pushing towards more a.
+    """
+    probs = check_target(items, target)
+    return _frequency_rewards([a if a in probs else None for a in answers], probs.__getitem__)
 
 
 def frequency_aware_rewards(answers: Sequence[str | None], valid_items: Sequence[str]) -> list[float]:
-    """The paper's frequency-aware reward for one group (see the module docstring for the formula).
+    """The paper's frequency-aware reward for one group: `target_distribution_rewards` with p uniform over the items.
 
     Args:
-        answers: the G extracted answers of one group; None means no answer was found.
+        answers: the G answers of one group, as list items (`match_item`); None means no answer was found.
         valid_items: the list the prompt offered. Duplicates collapse, so L is the number of *distinct* items.
 
     Returns:
         G rewards; invalid answers (None or not in `valid_items`) get -1, the minimum possible.
     """
-    valid = set(valid_items)
+    valid = list(dict.fromkeys(valid_items))
     if not valid:
         raise ValueError("frequency_aware_rewards: valid_items is empty")
-    num_items = len(valid)
-    counts = Counter(a for a in answers if a is not None and a in valid)
+    share, members = 1.0 / len(valid), set(valid)
+    return _frequency_rewards([a if a in members else None for a in answers], lambda _: share)
+
+
+def class_frequency_rewards(labels: Sequence[int | None], num_items: int | None = None) -> list[float]:
+    """The paper's formula over equivalence classes: r_i = 1 - (f_{c_i} - 1/L), -1 for label None.
+
+    When the valid set is not known, L is not either: by default L is the number of valid completions N (the most
+    classes a group can have), so r_i = 1 - (n_c - 1)/N and an answer no other completion shares gets exactly 1.
+    Give `num_items` when the category's size is known (then a uniform spread over it earns 1, as in the paper).
+    Example, labels (0, 0, 1, None): N = 3, r = (1 - 1/3, 1 - 1/3, 1, -1).
+    """
+    if num_items is not None and num_items < 1:
+        raise ValueError(f"num_items must be a positive number of classes, got {num_items}")
+    num_valid = sum(label is not None for label in labels)
+    share = 1.0 / (num_items or max(num_valid, 1))
+    return _frequency_rewards(labels, lambda _: share)
+
+
+def diversity_scores(labels: Sequence[int | None]) -> list[float | None]:
+    """Per valid completion, the share of the *other* valid completions in a different class; None for invalid.
+
+    d_i = (N - n_{c_i}) / (N - 1), in [0, 1]: 1 when nobody else says the same, 0 when everybody does; a group with
+    one valid completion gives it 1 (nothing to collapse onto). Example, labels (0, 0, 1): d = (1/2, 1/2, 1).
+    """
+    counts = Counter(label for label in labels if label is not None)
     num_valid = sum(counts.values())
+    if num_valid <= 1:
+        return [None if label is None else 1.0 for label in labels]
+    return [None if label is None else (num_valid - counts[label]) / (num_valid - 1) for label in labels]
+
+
+CombineMode = Literal["multiplicative", "additive"]
+COMBINE_MODES: tuple[str, ...] = ("multiplicative", "additive")
+
+
+def quality_diversity_rewards(
+    quality: Sequence[float],
+    labels: Sequence[int | None],
+    mode: CombineMode = "multiplicative",
+    weight: float = 1.0,
+) -> list[float]:
+    """Combine a per-completion quality q with the group's diversity d (`diversity_scores`); -1 for invalid.
+
+    multiplicative (DARLING's choice): r_i = q_i * d_i, so a duplicate earns nothing however good, and a bad answer
+    earns nothing however rare. additive: r_i = q_i + weight * d_i, so quality still pays when the group collapses.
+    """
+    if len(quality) != len(labels):
+        raise ValueError(f"quality has {len(quality)} values for a group of {len(labels)}; give one per completion")
+    if mode not in COMBINE_MODES:
+        raise ValueError(f"unknown combine mode {mode!r}; use one of {', '.join(COMBINE_MODES)}")
     rewards = []
-    for answer in answers:
-        if answer is None or answer not in valid:
-            rewards.append(-1.0)
+    for q, d in zip(quality, diversity_scores(labels), strict=True):
+        if d is None:
+            rewards.append(INVALID_REWARD)
         else:
-            rewards.append(1.0 - (counts[answer] / num_valid - 1.0 / num_items))
+            rewards.append(q * d if mode == "multiplicative" else q + weight * d)
     return rewards
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Group-reward plumbing
+# --------------------------------------------------------------------------------------------------------------------
 
 
 def group_reward(fn: Callable[..., list[float]]) -> Callable[..., list[float]]:
@@ -114,13 +254,181 @@ def validate_group_rewards(name: str, rewards: Any, group_size: int) -> list[flo
     return values
 
 
+def group_answers(
+    prompts: Sequence[Any], completions: Sequence[Any], extract: Callable[[str], str | None] = extract_answer
+) -> list[str | None]:
+    """The extracted answer of each rollout of a group (pre-filled prefix included)."""
+    return [extract(completion_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Group rewards
+# --------------------------------------------------------------------------------------------------------------------
+
+
 @group_reward
 def frequency_reward(
     prompts: list[Any], completions: list[Any], items: list[Sequence[str]], **kwargs: Any
 ) -> list[float]:
     """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`."""
-    answers = [extract_answer(completion_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
+    answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
     return frequency_aware_rewards(answers, items[0])
 
 
 frequency_reward.__name__ = "frequency"
+
+
+@group_reward
+def target_distribution_reward(
+    prompts: list[Any],
+    completions: list[Any],
+    items: list[Sequence[str]],
+    target: list[Mapping[str, float] | Sequence[float]],
+    **kwargs: Any,
+) -> list[float]:
+    """`target_distribution_rewards` as a group reward: valid items from column `items`, p from column `target`."""
+    answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
+    return target_distribution_rewards(answers, items[0], target[0])
+
+
+target_distribution_reward.__name__ = "target_distribution"
+
+
+class _ClassReward:
+    """Shared parts of the rewards over equivalence classes: extract, check validity, partition.
+
+    `validity` is None (every non-empty answer is valid: the space of answers is implicit), one function
+    answer -> bool, or a mapping from the dataset column `category` to such a function (a category missing from
+    it, or mapped to None, is "validity unchecked" and stops with an error rather than counting as valid).
+    Being plain objects with picklable parts, these travel to worker processes like TRL's callable rewards.
+    """
+
+    __name__ = "class_reward"
+
+    def __init__(
+        self,
+        equivalence: Equivalence | str | None = None,
+        validity: Validity | Mapping[str, Validity | None] | None = None,
+        extract: Callable[[str], str | None] = extract_answer,
+    ) -> None:
+        self.equivalence = equivalence_from_spec(equivalence)
+        if validity is not None and not callable(validity) and not isinstance(validity, Mapping):
+            raise ValueError(
+                f"validity must be a function answer -> bool or a mapping category -> function, got {validity!r}"
+            )
+        self.validity = validity
+        self.extract = extract
+        group_reward(self)
+
+    def _check(self, category: Sequence[str] | None) -> Validity | None:
+        """This group's validity check; an unchecked category is an error, never "everything is valid"."""
+        if not isinstance(self.validity, Mapping):
+            if self.validity is None or getattr(self.validity, "checked", True):
+                return self.validity
+            what = "its validity function"
+        elif not category:
+            raise ValueError(f"{self.__name__}: validity is per category, but the dataset has no 'category' column")
+        else:
+            check = self.validity.get(category[0])
+            if check is not None and getattr(check, "checked", True):
+                return check
+            what = f"category {category[0]!r}"
+        raise ValueError(
+            f"{self.__name__}: {what} has no validity check (validity unchecked); "
+            "give one or leave the category out of training"
+        )
+
+    def labels(
+        self, prompts: Sequence[Any], completions: Sequence[Any], category: Sequence[str] | None = None
+    ) -> list[int | None]:
+        """The class of each rollout's answer; None when it has no single answer or the validity check rejects it."""
+        check = self._check(category)
+        answers = group_answers(prompts, completions, self.extract)
+        kept = [a if a and (check is None or check(a)) else None for a in answers]
+        return list(self.equivalence.partition(kept).labels)
+
+
+class ClassFrequencyReward(_ClassReward):
+    """`class_frequency_rewards` as a group reward: the paper's reward when the valid set is not a given list.
+
+    Example: ``ClassFrequencyReward("normalized+embedding:0.9", validity=data.open_validity_map())``.
+    """
+
+    def __init__(
+        self,
+        equivalence: Equivalence | str | None = None,
+        validity: Validity | Mapping[str, Validity | None] | None = None,
+        num_items: int | None = None,
+        extract: Callable[[str], str | None] = extract_answer,
+        name: str = "class_frequency",
+    ) -> None:
+        super().__init__(equivalence, validity, extract)
+        if num_items is not None and num_items < 1:
+            raise ValueError(f"num_items must be a positive number of classes, got {num_items}")
+        self.num_items = num_items
+        self.__name__ = name
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], category: list[str] | None = None, **kwargs: Any
+    ) -> list[float]:
+        return class_frequency_rewards(self.labels(prompts, completions, category), self.num_items)
+
+
+class QualityDiversityReward(_ClassReward):
+    """A per-completion quality reward (any TRL reward function) combined with the group's diversity.
+
+    Args:
+        quality: ``fn(prompts, completions, **columns) -> list[float]``, one value per completion, e.g. a reward
+            model's score in [0, 1]. It is called on the whole group with the same keyword arguments.
+        mode: "multiplicative" (r = q * d) or "additive" (r = q + weight * d); see `quality_diversity_rewards`.
+        weight: the weight of diversity in additive mode.
+        equivalence, validity, extract: as for `ClassFrequencyReward`; for free text (stories, DARLING's setting)
+            pass an `extract` that returns the whole completion, e.g. ``str.strip``.
+    """
+
+    def __init__(
+        self,
+        quality: Callable[..., Sequence[float]],
+        mode: CombineMode = "multiplicative",
+        weight: float = 1.0,
+        equivalence: Equivalence | str | None = None,
+        validity: Validity | Mapping[str, Validity | None] | None = None,
+        extract: Callable[[str], str | None] = extract_answer,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(equivalence, validity, extract)
+        if not callable(quality):
+            raise ValueError(
+                f"quality must be a reward function (prompts, completions, **kw) -> list[float], got {quality!r}"
+            )
+        if mode not in COMBINE_MODES:
+            raise ValueError(f"unknown combine mode {mode!r}; use one of {', '.join(COMBINE_MODES)}")
+        if not math.isfinite(weight):
+            raise ValueError(f"weight must be a finite number, got {weight}")
+        self.quality, self.mode, self.weight = quality, mode, weight
+        self.quality_name = getattr(quality, "__name__", type(quality).__name__)
+        self.__name__ = name or f"quality_diversity_{mode}"
+
+    def __call__(
+        self, prompts: list[Any], completions: list[Any], category: list[str] | None = None, **kwargs: Any
+    ) -> list[float]:
+        columns = {**kwargs, **({"category": category} if category is not None else {})}
+        quality = self.quality(prompts=prompts, completions=completions, **columns)
+        values = _check_quality(self.quality_name, quality, len(completions))
+        return quality_diversity_rewards(values, self.labels(prompts, completions, category), self.mode, self.weight)
+
+
+def _check_quality(name: str, quality: Any, group_size: int) -> list[float]:
+    """The quality reward's output as G finite floats, or a one-line error naming it."""
+    try:
+        values = [float(q) for q in quality]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"quality reward {name!r} must return a list of G floats (no None)") from err
+    if len(values) != group_size:
+        raise ValueError(
+            f"quality reward {name!r} returned {len(values)} values for a group of {group_size}; "
+            "it must return one per completion"
+        )
+    if not all(math.isfinite(v) for v in values):
+        raise ValueError(f"quality reward {name!r} returned a non-finite value; it must return finite floats")
+    return values

@@ -650,9 +650,11 @@ def make_sampler(
     """Load a model (or connect to an endpoint) and return a `Sampler`; `params` are `SamplingParams` fields."""
     sampling_params = SamplingParams(**params)
     if backend == "transformers":
-        from gapo.models import check_model_name, load_model_and_tokenizer
+        from gapo.models import check_adapter, check_model_name, load_model_and_tokenizer
 
         check_model_name(model)
+        if adapter is not None:
+            check_adapter(adapter)  # a missing or truncated adapter, before the base model loads
         loaded, tokenizer = load_model_and_tokenizer(model, adapter=adapter)
         return Sampler(TransformersBackend(loaded, tokenizer), sampling_params, progress)
     if backend == "vllm":
@@ -736,6 +738,10 @@ def cli(argv: list[str] | None = None) -> int:
             raise ValueError(f"-n must be a positive integer, got {args.n}")
         if not args.prompt.strip():
             raise ValueError("--prompt is empty")
+        if Path(args.out).is_dir():
+            raise ValueError(
+                f"--out {args.out} is a directory; pass a file path such as {Path(args.out) / 'samples.jsonl'}"
+            )
         sampler = make_sampler(
             args.model,
             adapter=args.adapter,

@@ -5,7 +5,7 @@ all G completions of a prompt (the paper's frequency-aware reward); everything e
 
     # CPU, the offline default model (about 40 s a step at G=16 on 2 cores)
     gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded
-    # interrupted? continue from the last checkpoint (at most `save_steps` steps are lost)
+    # interrupted, even by kill -9 mid-save? continue from the newest complete checkpoint (<= `save_steps` lost)
     gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded --resume
     # GPUs, the paper's setting (Unsloth when importable)
     gapo train --model Qwen/Qwen2.5-7B-Instruct --num-generations 32 --lora-r 64 --gradient-accumulation-steps 8
@@ -13,7 +13,7 @@ all G completions of a prompt (the paper's frequency-aware reward); everything e
 Output directory::
 
     adapter/            the final LoRA adapter (written atomically at the end)
-    checkpoint-N/       TRL checkpoints every `save_steps` steps (for --resume)
+    checkpoint-N/       TRL checkpoints every `save_steps` steps (for --resume; a partial one is skipped)
     metrics.jsonl       one JSON object per logged step
     metrics.json        final summary + the config
     config.json         the resolved TrainConfig
@@ -62,7 +62,12 @@ class TrainConfig:
     save_steps: int = field(default=10, metadata={"help": "checkpoint interval in steps (what --resume can lose)"})
     save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept"})
     logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
-    shared_prompt_forward: bool = field(default=True, metadata={"help": "encode each prompt once per group"})
+    shared_prompt_forward: bool | None = field(
+        default=None, metadata={"help": "encode each prompt once per group (default: on for CPU, off on CUDA)"}
+    )
+    backend: str = field(default="auto", metadata={"help": "auto, unsloth or peft (auto: Unsloth on CUDA if found)"})
+    use_vllm: bool = field(default=False, metadata={"help": "generate with vLLM (TRL's use_vllm; needs the gpu extra)"})
+    vllm_mode: str = field(default="colocate", metadata={"help": "colocate | server (TRL's vllm_mode)"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in output_dir"})
 
     def __post_init__(self) -> None:
@@ -72,6 +77,46 @@ class TrainConfig:
             raise ValueError("max_steps and num_prompts must be positive")
         if isinstance(self.categories, str):
             self.categories = [c.strip() for c in self.categories.split(",") if c.strip()]
+        if problem := config_problem(self):
+            raise ValueError(problem)
+
+
+#: Fields that must be at least 1 (a zero `save_steps` or `logging_steps` is accepted by TRL and then never saves).
+POSITIVE_FIELDS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "lora_r",
+    "lora_alpha",
+    "max_completion_length",
+    "save_steps",
+    "save_total_limit",
+    "logging_steps",
+)
+
+
+def config_problem(cfg: TrainConfig) -> str | None:
+    """The first value of `cfg` that cannot train, as a one-line message with its fix; None when all can.
+
+    Why here and not in TRL: TRL reports these after the model has loaded (or not at all: `save_steps 0`), and the
+    run has by then written its output directory.
+    """
+    for name in POSITIVE_FIELDS:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or value < 1:
+            return f"{name} must be a positive integer, got {value!r}"
+    if not cfg.temperature > 0 or cfg.temperature == float("inf"):
+        return f"temperature must be a finite number > 0 (GRPO samples its groups), got {cfg.temperature}"
+    if not cfg.learning_rate > 0 or cfg.learning_rate == float("inf"):
+        return f"learning_rate must be a finite number > 0, got {cfg.learning_rate}"
+    if not 0 <= cfg.lora_dropout < 1:
+        return f"lora_dropout must be in [0, 1), got {cfg.lora_dropout}"
+    if not cfg.beta >= 0:
+        return f"beta (the KL coefficient) must be >= 0, got {cfg.beta}"
+    if cfg.backend not in ("auto", "unsloth", "peft"):
+        return f"backend must be one of auto, unsloth, peft, got {cfg.backend!r}"
+    if cfg.vllm_mode not in ("colocate", "server"):
+        return f"vllm_mode must be colocate or server, got {cfg.vllm_mode!r}"
+    return None
 
 
 def gapo_config(cfg: TrainConfig) -> Any:
@@ -99,6 +144,9 @@ def gapo_config(cfg: TrainConfig) -> Any:
         save_total_limit=cfg.save_total_limit,
         logging_steps=cfg.logging_steps,
         shared_prompt_forward=cfg.shared_prompt_forward,
+        backend=cfg.backend,
+        use_vllm=cfg.use_vllm,
+        vllm_mode=cfg.vllm_mode,
         **extra,
     )
 
@@ -122,12 +170,32 @@ def _metrics_callback(path: Path) -> Any:
     return JsonlMetrics()
 
 
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics.jsonl; a torn last line (a kill mid-write) is dropped with a warning naming the file.
+
+    A bad line anywhere else is not a kill's doing, so it is an error naming the file and line.
+    """
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if number < len(lines):
+                raise ValueError(f"{path}: line {number} is not JSON ({err.msg}); fix or delete that line") from err
+            logger.warning("%s: dropped a torn last line (%s), left by an interrupted run", path, err.msg)
+    return rows
+
+
 def _trim_metrics(path: Path, last_step: int) -> None:
-    """On resume, drop logged steps after the checkpoint we restart from (they will be redone)."""
+    """On resume, drop logged steps after the checkpoint we restart from (they will be redone), and any torn line."""
     if not path.is_file():
         return
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    kept = [r for r in rows if r.get("step", 0) <= last_step]
+    kept = [r for r in read_metrics(path) if r.get("step", 0) <= last_step]
     _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
@@ -138,9 +206,69 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# Checkpoints: resume from the newest complete one
+# --------------------------------------------------------------------------------------------------------------------
+#
+# transformers writes checkpoint-N/ in place: weights, optimizer, scheduler, RNG state, and trainer_state.json last.
+# A kill during that save leaves a directory without (or with a torn) trainer_state.json, which `--resume` must not
+# pick; a kill while the rotation deletes an older checkpoint leaves that one partial. So a checkpoint counts only
+# when its trainer_state.json parses, names its own step, and its weights file is whole.
+
+
+def _checkpoint_step(path: Path) -> int | None:
+    suffix = path.name.rsplit("-", 1)[-1]
+    return int(suffix) if path.name.startswith("checkpoint-") and suffix.isdigit() else None
+
+
+def checkpoint_problem(path: Path) -> str | None:
+    """None when `path` is a complete checkpoint; else what is missing or damaged."""
+    from gapo.models import safetensors_problem
+
+    try:
+        state = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "no trainer_state.json"
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return "torn trainer_state.json"
+    if not isinstance(state, dict) or state.get("global_step") != _checkpoint_step(path):
+        return "trainer_state.json names another step"
+    weights = sorted(path.glob("*.safetensors"))
+    if not weights:
+        return "no weights (*.safetensors)"
+    for file in weights:
+        if problem := safetensors_problem(file):
+            return f"{file.name} {problem}"
+    return None
+
+
 def last_checkpoint(output_dir: str | Path) -> Path | None:
-    ckpts = [p for p in Path(output_dir).glob("checkpoint-*") if p.name.split("-")[-1].isdigit()]
-    return max(ckpts, key=lambda p: int(p.name.split("-")[-1])) if ckpts else None
+    """The newest complete checkpoint in `output_dir` (None if there is none), warning about each one skipped."""
+    ckpts = sorted(
+        (p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and _checkpoint_step(p) is not None),
+        key=_checkpoint_step,
+        reverse=True,
+    )
+    for path in ckpts:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        logger.warning("skipping incomplete checkpoint %s (%s): a kill during its save", path, problem)
+    return None
+
+
+def _remove_incomplete(output_dir: Path, keep: Path | None) -> None:
+    """Delete partial checkpoints and temporary adapter directories left by a killed run.
+
+    Why: the trainer would otherwise save into a half-written checkpoint-N again, and its rotation (by mtime) could
+    keep a partial directory while deleting a complete one.
+    """
+    for path in output_dir.glob("checkpoint-*"):
+        if path != keep and path.is_dir() and checkpoint_problem(path) is not None:
+            logger.warning("removing incomplete checkpoint %s", path)
+            shutil.rmtree(path, ignore_errors=True)
+    for path in output_dir.glob("adapter.partial-*"):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -150,10 +278,15 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run GAPO training; returns the final summary (also written to output_dir/metrics.json)."""
-    from gapo import models
+    from gapo import backends, models
+
+    # The backend first: Unsloth must be imported before trl (gapo.trainer imports trl).
+    backend = backends.resolve(cfg.backend)
+    backends.check_vllm(cfg.use_vllm)
+    backends.activate(backend)
     from gapo.data import make_list_selection_dataset, validate_items_column
     from gapo.rewards import frequency_reward
-    from gapo.trainer import GAPOTrainer, load_policy
+    from gapo.trainer import GAPOTrainer
 
     # Everything that can be wrong is checked before the model loads.
     args = gapo_config(cfg)
@@ -163,12 +296,22 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     )
     validate_items_column(dataset)
     out = Path(cfg.output_dir)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"--output-dir {out} is a file, not a directory; pass a directory path")
+    if cfg.model != models.TINY_RANDOM:  # build or verify the embedded cache (a bad source is refused) before writing
+        models.resolve_model_path(cfg.model)
+    if cfg.lora_target_modules:
+        models.check_lora_targets(cfg.model, cfg.lora_target_modules)
     resume_from = last_checkpoint(out) if cfg.resume else None
     if cfg.resume and resume_from is None:
-        logger.warning("--resume: no checkpoint in %s, starting from scratch", out)
+        logger.warning("--resume: no complete checkpoint in %s, starting from scratch", out)
+    elif resume_from is not None:
+        logger.info("--resume: continuing from %s", resume_from)
     if not cfg.resume and (out / "adapter").exists():
         raise FileExistsError(f"{out} already holds a finished run; pass --resume or another --output-dir")
     out.mkdir(parents=True, exist_ok=True)
+    if cfg.resume:
+        _remove_incomplete(out, resume_from)
     metrics_path = out / "metrics.jsonl"
     if resume_from is not None:
         _trim_metrics(metrics_path, int(resume_from.name.split("-")[-1]))
@@ -176,7 +319,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         metrics_path.unlink()
     _write_atomic(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
 
-    model, tokenizer, peft_config = load_policy(cfg.model, args)
+    model, tokenizer, peft_config = backends.load_policy(cfg.model, args)
     trainer = GAPOTrainer(
         model=model,
         reward_funcs=[frequency_reward],
@@ -218,7 +361,7 @@ KEY_METRICS = (
 
 def summarize(metrics_path: Path) -> dict[str, Any]:
     """First/last values and the per-step series of the key metrics in metrics.jsonl."""
-    rows = [json.loads(x) for x in metrics_path.read_text().splitlines() if x.strip()] if metrics_path.exists() else []
+    rows = read_metrics(metrics_path)
     series = {k: [r[k] for r in rows if k in r] for k in KEY_METRICS}
     return {
         "steps": rows[-1]["step"] if rows else 0,

@@ -1,29 +1,35 @@
-"""GAPOTrainer: TRL's GRPOTrainer with group-aware rewards.
+"""GAPOConfig and GAPOTrainer: TRL's GRPO with group-aware rewards.
 
 How GAPO differs from GRPO (Anschel et al. 2025, section 4), and nothing else:
-
 1. A reward function may be a *group reward* (`gapo.rewards.group_reward`): it is called once per group with the G
    completions of one prompt and returns G rewards, r = R(o_1..o_G), so it can see frequency, coverage, etc.
-2. Those rewards then go through GRPO's usual advantage (r_i - mean) / std and clipped surrogate, unchanged.
+2. Those rewards go through GRPO's usual advantage (r_i - mean) / std and clipped surrogate, unchanged.
 
-Why an override is needed: TRL calls reward functions on each process's local slice of the generation batch, and a
-group of G completions can be split across processes (huggingface/trl#3896). GAPOTrainer gathers the prompts,
-completions and dataset columns of every process, calls each group reward on whole groups (on the main process,
-then broadcasts, so a non-deterministic reward is still consistent), and returns the global reward matrix that
-TRL slices per process, so two processes give the same rewards as one.
+TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump):
+- `_calculate_rewards`: TRL scores each process's local slice, and a group can be split across processes
+  (huggingface/trl#3896). Here prompts, completions and columns are gathered, each group reward runs on whole groups
+  on the main process and is broadcast, and TRL's own path still runs the per-completion rewards.
+- `_tokenize_prompts`: a prompt ending in an assistant turn (a pre-fill such as "<answer>") is continued, not closed.
+- `_generate_single_turn` (CPU speed only): each distinct prompt is prefilled once per group (gapo.prefix).
+- `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once.
+The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported). On CUDA they
+are off by default (measured slower there, docs/performance.md) and generation instead uses a static KV cache with
+a compiled decode step (`static_cache_generation`), a setting of TRL's own GenerationConfig.
 
 Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process 1's, ...)::
 
     global rows:  [p0 p0 p0 p0 | p1 p1 p1 p1 | ...]     G = 4 rows per group, groups contiguous
     process 0:    [p0 p0 | ...]  process 1: [p0 p0 | ...]   <- a group split in halves on 2 processes
 
-Also here: GAPOConfig (the paper's defaults, device-aware precision), the LoRA config, the one switch between
-Unsloth (CUDA with unsloth importable) and PEFT, and the per-step diversity metrics.
+Running it:
+    gapo train --max-steps 40 --num-generations 16                       # CPU, the offline embedded model
+    gapo train --model Qwen/Qwen2.5-7B-Instruct --backend unsloth        # one GPU, the paper's G=32, LoRA r=64
+    accelerate launch --config_file configs/accelerate/ddp.yaml -m gapo.cli train ...   # several GPUs (README)
+From Python: `gapo.backends.load_policy` gives (model, tokenizer, peft_config) for `GAPOTrainer(...)`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,9 +68,30 @@ class GAPOConfig(GRPOConfig):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         metadata={"help": "Modules that get LoRA adapters."},
     )
-    shared_prompt_forward: bool = field(
-        default=True,
-        metadata={"help": "Encode each group's prompt once in the log-prob pass (gapo.prefix); same loss, less work."},
+    backend: str = field(
+        default="auto",
+        metadata={"help": "auto, unsloth or peft: the LoRA backend (gapo.backends); auto = Unsloth on CUDA if found."},
+    )
+    shared_prompt_forward: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Encode each group's prompt once in the log-prob pass and generation prefill (gapo.prefix): "
+            "same loss, less work. None: on for CPU (5-8x faster there), off on CUDA (slower there: docs/performance)."
+        },
+    )
+    static_cache_generation: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Generate with a static KV cache and a compiled decode step (transformers' auto-compile): "
+            "removes the kernel-launch bound of short completions. None: on for CUDA without vLLM, off on CPU."
+        },
+    )
+    generation_max_cache_len: int = field(
+        default=512,
+        metadata={
+            "help": "Static cache length floor (prompt + completion tokens); the cache only grows past it, so a "
+            "longer prompt costs one recompile instead of one per new length."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -79,55 +106,19 @@ class GAPOConfig(GRPOConfig):
             self.gradient_checkpointing = cuda
         if not cuda:
             self.use_cpu = True  # lets `torchrun --nproc_per_node 2` train with gloo on CPU
+        if self.backend not in ("auto", "unsloth", "peft"):
+            raise ValueError(f"backend must be one of auto, unsloth, peft, got {self.backend!r}")
+        if self.shared_prompt_forward is None:
+            self.shared_prompt_forward = not cuda
+        if self.static_cache_generation is None:
+            self.static_cache_generation = cuda and not self.use_vllm
+        if self.static_cache_generation:
+            if self.use_vllm:
+                raise ValueError("static_cache_generation applies to transformers' generate; turn it off with use_vllm")
+            self.cache_implementation = "static"
+            floor = max(self.generation_max_cache_len, self.max_completion_length + 1)
+            self.generation_kwargs = {"max_cache_len": floor, **(self.generation_kwargs or {})}
         super().__post_init__()
-
-
-def lora_config(args: GAPOConfig) -> Any:
-    """The PEFT LoRA config for a GAPOConfig (used on the PEFT path; Unsloth gets the same numbers)."""
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=args.lora_r,
-        lora_alpha=args.lora_alpha,
-        lora_dropout=args.lora_dropout,
-        target_modules=args.lora_target_modules,
-        task_type="CAUSAL_LM",
-    )
-
-
-def use_unsloth(args: GAPOConfig) -> bool:
-    """The one backend switch: Unsloth on CUDA when it is importable, PEFT everywhere else."""
-    return torch.cuda.is_available() and not args.use_cpu and importlib.util.find_spec("unsloth") is not None
-
-
-def load_policy(model_name: str, args: GAPOConfig, max_seq_length: int = 1024) -> tuple[Any, Any, Any]:
-    """Load `(model, tokenizer, peft_config)` for training; pass all three to GAPOTrainer.
-
-    Unsloth path: FastLanguageModel with LoRA applied here (peft_config None). PEFT path: gapo.models loads the
-    model and the trainer applies `lora_config(args)`. Everything after this call is the same code.
-    """
-    from gapo import models
-
-    if use_unsloth(args):  # pragma: no cover - needs CUDA
-        from unsloth import FastLanguageModel
-
-        path = models.resolve_model_path(model_name)
-        model, tokenizer = FastLanguageModel.from_pretrained(
-            model_name=path, max_seq_length=max_seq_length, load_in_4bit=False, dtype=None
-        )
-        model = FastLanguageModel.get_peft_model(
-            model,
-            r=args.lora_r,
-            lora_alpha=args.lora_alpha,
-            lora_dropout=args.lora_dropout,
-            target_modules=args.lora_target_modules,
-            use_gradient_checkpointing="unsloth" if args.gradient_checkpointing else False,
-            random_state=args.seed,
-        )
-        return model, tokenizer, None
-    model, tokenizer = models.load_model_and_tokenizer(model_name, device="cpu" if args.use_cpu else None)
-    model.train()
-    return model, tokenizer, lora_config(args)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -168,18 +159,30 @@ def compute_group_rewards(
 
 
 def group_diversity_stats(
-    prompts: list[Any], completions: list[Any], items: list[Any], group_size: int
+    prompts: list[Any],
+    completions: list[Any],
+    items: list[Any],
+    group_size: int,
+    targets: list[Any] | None = None,
 ) -> dict[str, float]:
-    """Valid fraction and mean JSD-from-uniform of the training groups (for list-selection data)."""
-    from gapo.metrics import jsd_from_uniform
+    """Valid fraction and mean JSD of the training groups from uniform over their items (or from each row's
+    `target` distribution, when the dataset carries one). Answers match items as the rewards match them
+    (`gapo.equivalence.match_item`), so the metric and the reward never disagree about what is valid."""
+    from gapo.equivalence import match_item
+    from gapo.metrics import jsd_from_uniform, jsd_to_target
 
-    answers = [extract_answer(completion_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
-    valid = [a is not None and a in set(items[i]) for i, a in enumerate(answers)]
+    answers = [
+        match_item(extract_answer(completion_text(p, c)), items[i])
+        for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
+    ]
+    groups = split_groups(len(answers), group_size)
     jsds = [
         jsd_from_uniform([answers[i] for i in rows], items[rows.start])
-        for rows in split_groups(len(answers), group_size)
+        if targets is None
+        else jsd_to_target([answers[i] for i in rows], items[rows.start], targets[rows.start])
+        for rows in groups
     ]
-    return {"valid_fraction": sum(valid) / len(valid), "group_jsd": sum(jsds) / len(jsds)}
+    return {"valid_fraction": sum(a is not None for a in answers) / len(answers), "group_jsd": sum(jsds) / len(jsds)}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -199,18 +202,23 @@ class GAPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         train_dataset = kwargs.get("train_dataset")
         if train_dataset is not None and "items" in getattr(train_dataset, "column_names", []):
-            from gapo.data import validate_items_column
+            from gapo.data import validate_items_column, validate_target_column
 
             validate_items_column(train_dataset)
+            if "target" in train_dataset.column_names:
+                validate_target_column(train_dataset)
         super().__init__(*args, **kwargs)
         self._shared_prompt_note: str | None = None
+        if self.args.static_cache_generation and not self.use_vllm:
+            # TRL builds its GenerationConfig with disable_compile=True; the static cache is there to be compiled.
+            self.generation_config.disable_compile = False
 
     # -- prompts -------------------------------------------------------------------------------------------------
 
     def _tokenize_prompts(self, prompts: list):  # noqa: ANN202
         """Continue a pre-filled assistant turn instead of closing it.
 
-        TRL 1.16 renders every conversational prompt with `add_generation_prompt=True`, so a prompt ending in an
+        TRL renders every conversational prompt with `add_generation_prompt=True`, so a prompt ending in an
         assistant message (a response prefix such as "<answer>") is closed with <|im_end|> and generation starts a
         *new* assistant turn: the prefix is silently lost. Prompts ending with an assistant turn are rendered with
         `continue_final_message=True` here, as TRL's own `apply_chat_template` does for datasets.
@@ -247,6 +255,7 @@ class GAPOTrainer(GRPOTrainer):
         all_prompts = gather_object(list(prompts))
         all_completions = gather_object(list(completions))
         all_columns = {k: gather_object([x[k] for x in inputs]) for k in keys}
+        all_columns["completion_ids"] = gather_object([list(ids) for ids in completion_ids_list])
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
 
@@ -267,6 +276,8 @@ class GAPOTrainer(GRPOTrainer):
                         all_columns,
                         group_size,
                         trainer_state=self.state,
+                        log_metric=self._log_metric,
+                        log_extra=self._group_log_extra,
                     )
                     for i in group_idx
                 ]
@@ -276,6 +287,18 @@ class GAPOTrainer(GRPOTrainer):
             rewards[:, column] = torch.tensor(values, dtype=torch.float32, device=device)
         self._log_group_metrics(mode, rewards, all_prompts, all_completions, all_columns, group_size)
         return rewards
+
+    def _group_log_extra(self, column: str, values: list) -> None:
+        """TRL's `log_extra` for group rewards: one value per row of the group, in row order.
+
+        Group rewards run on the main process over the gathered batch, while TRL's completions table holds each
+        process's own rows; so extra columns are kept in single-process runs and dropped (with one warning) otherwise.
+        """
+        if self.accelerator.num_processes == 1:
+            self._log_completion_extra(column, values)
+        elif not getattr(self, "_warned_log_extra", False):
+            self._warned_log_extra = True
+            logger.warning("log_extra from a group reward is not logged with several processes (column %r)", column)
 
     def _per_completion_rewards(self, local_idx, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
         """TRL's own path for the per-completion functions only (local slice, then gathered by TRL)."""
@@ -298,7 +321,7 @@ class GAPOTrainer(GRPOTrainer):
         zero_std = torch.isclose(grouped.std(dim=1), torch.zeros(1, device=grouped.device))
         metrics["train/frac_zero_std_groups"].append(zero_std.float().mean().item())
         if "items" in columns:
-            stats = group_diversity_stats(prompts, completions, columns["items"], group_size)
+            stats = group_diversity_stats(prompts, completions, columns["items"], group_size, columns.get("target"))
             metrics["diversity/valid_fraction"].append(stats["valid_fraction"])
             metrics["diversity/group_jsd"].append(stats["group_jsd"])
 
@@ -350,5 +373,12 @@ class GAPOTrainer(GRPOTrainer):
                     self._shared_prompt_note = str(why)
                     logger.info("shared-prompt forward off: %s; using TRL's path", why)
         return super()._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss, **kwargs
+            model,
+            input_ids,
+            attention_mask,
+            logits_to_keep,
+            batch_size=batch_size,
+            compute_entropy=compute_entropy,
+            compute_aux_loss=compute_aux_loss,
+            **kwargs,
         )

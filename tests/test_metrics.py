@@ -9,18 +9,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gapo.equivalence import EmbeddingClusters, Equivalence, Normalized
+from gapo.experiments import parse_item
 from gapo.metrics import (
     INVALID,
     answer_distribution,
     coverage,
     jensen_shannon,
     jsd_from_uniform,
+    jsd_to_target,
+    match_item,
     mean_pairwise_cosine_distance,
     normalize_answer,
     self_bleu,
     unique_at,
     unique_curve,
 )
+from gapo.rewards import extract_answer
 
 ITEMS = ["a", "b", "c", "d"]
 answers_strategy = st.lists(st.one_of(st.none(), st.sampled_from(ITEMS + ["zz", ""])), min_size=1, max_size=40)
@@ -146,6 +151,58 @@ def test_unique_curve_properties(answers):  # noqa: ANN001
     assert len(curve) == len(answers)
     assert all(b - a in (0, 1) for a, b in zip([0, *curve], curve, strict=False))  # +0 or +1 per sample
     assert (curve[-1] if curve else 0) == len({normalize_answer(a) for a in answers} - {None})
+
+
+# --- one answer means one answer (issue 14) ------------------------------------------------------------------------
+
+HACK = "<answer>Topaz</answer><answer>Jade</answer><answer>Garnet</answer><answer>Sapphire"
+GEMS = ["Topaz", "Jade", "Garnet", "Sapphire"]
+
+
+def test_several_answers_are_invalid_in_every_metric():
+    texts = [HACK, "<answer>Jade</answer>", "<answer>jade.</answer> and <answer>Topaz</answer>"]
+    answers = [extract_answer(t) for t in texts]
+    assert answers == [None, "Jade", None]
+    assert answer_distribution([match_item(a, GEMS) for a in answers], GEMS).invalid == 2
+    # the evaluation's parser, strict and lenient (a bare item name), both say invalid
+    assert [parse_item(t, GEMS) for t in texts] == [None, "Jade", None]
+    assert [parse_item(t, GEMS, lenient=True) for t in texts] == [None, "Jade", None]
+    assert unique_curve(answers) == [0, 1, 1]  # unique@n counts no class for them
+
+
+# --- jsd_to_target --------------------------------------------------------------------------------------------------
+
+
+def test_jsd_to_target_hand_computed():
+    # answers (a, a, a, b), p = (0.75, 0.25): P = Q -> 0
+    assert jsd_to_target(["a", "a", "a", "b"], ["a", "b"], [0.75, 0.25]) == pytest.approx(0.0, abs=1e-12)
+    # answers (a, b), p = (1, 0): P = (1/2, 1/2, 0), Q = (1, 0, 0), M = (3/4, 1/4, 0)
+    expected = 0.5 * (0.5 * math.log2(2 / 3) + 0.5 * math.log2(2)) + 0.5 * math.log2(4 / 3)
+    assert jsd_to_target(["a", "b"], ["a", "b"], {"a": 1.0}) == pytest.approx(expected)
+    assert jsd_to_target(["a", "b", "a"], ITEMS, [0.25] * 4) == pytest.approx(jsd_from_uniform(["a", "b", "a"], ITEMS))
+    with pytest.raises(ValueError, match="sums to 0.5, not 1"):
+        jsd_to_target(["a"], ["a", "b"], [0.25, 0.25])
+    with pytest.raises(ValueError, match="target names 'z'"):
+        jsd_to_target(["a"], ["a", "b"], {"a": 0.5, "z": 0.5})
+
+
+# --- unique@n on the shared partition -------------------------------------------------------------------------------
+
+
+def _two_direction_embedder(texts):  # noqa: ANN001, ANN202
+    """Texts starting with "new" point one way, everything else another: a stand-in for the encoder."""
+    return np.array([[1.0, 0.0] if t.startswith("new") else [0.0, 1.0] for t in texts])
+
+
+def test_unique_curve_uses_the_equivalence_and_validity():
+    answers = ["New York", "new york city", "Paris", None, "Pariss", "Newark"]
+    assert unique_curve(answers) == [1, 2, 3, 3, 4, 5]  # normalised text only
+    merged = Equivalence([Normalized(), EmbeddingClusters(0.9, embed_fn=_two_direction_embedder)])
+    assert unique_curve(answers, merged) == [1, 1, 2, 2, 2, 2]
+    is_city = {"new york", "paris", "newark"}.__contains__
+    assert unique_curve(answers, validity=lambda a: is_city(a.lower())) == [1, 1, 2, 2, 2, 3]
+    assert unique_at(answers, 6, validity=lambda a: False) == 0  # "validity unchecked": nothing counts
+    assert unique_at(answers, 3, merged) == 2
 
 
 # --- self_bleu ------------------------------------------------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+
 import pytest
 import torch
 
@@ -22,14 +26,15 @@ def test_gguf_is_assembled_verified_and_repaired(private_cache):  # noqa: ANN001
     with open(path, "r+b") as f:
         f.truncate(1000)
     assert models.embedded_gguf_path() == path and path.stat().st_size == models.EMBEDDED_GGUF_SIZE
-    # Corrupt it in place with the same size and no marker: detected by the hash, re-assembled.
-    path.with_suffix(".verified").unlink()
+    # Corrupt it in place with the same size, after it was verified: every use re-checks the hash, so it is
+    # re-assembled instead of being converted (an old `.verified` marker is not trusted).
+    path.with_suffix(".verified").touch()
     with open(path, "r+b") as f:
         f.seek(4096)
         f.write(b"\x00" * 64)
     models.embedded_gguf_path()
     assert models._sha256(path) == models.EMBEDDED_GGUF_SHA256
-    assert not list(path.parent.glob("*.partial"))
+    assert not list(path.parent.glob("*.partial")) and not path.with_suffix(".verified").exists()
 
 
 def test_gguf_that_cannot_be_fixed_is_refused(private_cache, monkeypatch):  # noqa: ANN001
@@ -39,14 +44,126 @@ def test_gguf_that_cannot_be_fixed_is_refused(private_cache, monkeypatch):  # no
     assert not list(private_cache.rglob("*.gguf"))  # nothing half-written left behind
 
 
-def test_damaged_model_cache_is_detected(tmp_path):  # noqa: ANN001
-    (tmp_path / "model.safetensors").write_bytes(b"x" * 10)
-    (tmp_path / ".complete").write_text('{"model.safetensors": 10}')
-    assert models._model_dir_complete(tmp_path)
-    (tmp_path / "model.safetensors").write_bytes(b"x" * 5)  # truncated
-    assert not models._model_dir_complete(tmp_path)
-    (tmp_path / ".complete").write_text("not json")
-    assert not models._model_dir_complete(tmp_path)
+def test_bad_source_parts_are_refused_in_one_line_by_the_cli(private_cache, tmp_path, monkeypatch, capsys):  # noqa: ANN001
+    """Damaged packaged parts (small stand-ins with their own checksum): `gapo train` says so in one line."""
+    import hashlib
+
+    from gapo.cli import main
+
+    parts = [tmp_path / f"part{i}.bin" for i in range(3)]
+    for i, part in enumerate(parts):
+        part.write_bytes(bytes([i]) * 1000)
+    whole = b"".join(p.read_bytes() for p in parts)
+    monkeypatch.setattr(models, "_part_paths", lambda: parts)
+    monkeypatch.setattr(models, "EMBEDDED_GGUF_SIZE", len(whole))
+    monkeypatch.setattr(models, "EMBEDDED_GGUF_SHA256", hashlib.sha256(whole).hexdigest())
+    assert models._sha256(models.embedded_gguf_path()) == hashlib.sha256(whole).hexdigest()
+    parts[1].write_bytes(b"\xff" * 1000)  # one part damaged in the installed package
+    models.embedded_gguf_path().write_bytes(b"\x00" * len(whole))  # and the cached GGUF too
+    out = tmp_path / "run"
+    assert main(["train", "--no-params", "--model", "embedded", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not match sha256" in err[0] and "force-reinstall" in err[0], err
+    assert not out.exists() and not list(private_cache.rglob("*.gguf")) and not list(private_cache.rglob("*partial*"))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Built caches: the manifest, its check, and rebuilds (on a tiny-random directory; the embedded one works the same)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def tiny_build(tokenizer):  # noqa: ANN001, ANN201
+    """A build function like the embedded conversion's, writing tiny-random's weights and tokenizer; counts calls."""
+    calls = []
+
+    def build(path: str) -> None:
+        calls.append(path)
+        models.tiny_random_model(tokenizer).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+    build.calls = calls
+    return build
+
+
+def _logits(directory) -> torch.Tensor:  # noqa: ANN001
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=torch.float32)
+    with torch.no_grad():
+        return model(torch.tensor([[1, 2, 3, 4]])).logits
+
+
+def _new_process(monkeypatch) -> None:  # noqa: ANN001
+    """What a fresh process knows: no file verified yet."""
+    monkeypatch.setattr(models, "_VERIFIED", set())
+
+
+def test_cache_is_hashed_at_build_and_verified_once_per_process(tmp_path, tiny_build, monkeypatch):  # noqa: ANN001
+    target = tmp_path / "model"
+    assert models.cached_build(target, tiny_build, "test model") == target and len(tiny_build.calls) == 1
+    manifest = json.loads((target / models.MANIFEST).read_text())
+    assert manifest["model.safetensors"]["sha256"] == models._sha256(target / "model.safetensors")
+    assert {"config.json", "tokenizer.json", "model.safetensors"} <= set(manifest)
+    reference = _logits(target)
+    _new_process(monkeypatch)
+    hashed = []
+    real_sha = models._sha256
+    monkeypatch.setattr(models, "_sha256", lambda p: hashed.append(p.name) or real_sha(p))
+    models.cached_build(target, tiny_build, "test model")
+    models.cached_build(target, tiny_build, "test model")
+    assert len(tiny_build.calls) == 1 and hashed.count("model.safetensors") == 1  # once per process
+    assert torch.equal(_logits(target), reference)
+
+
+@pytest.mark.parametrize("damage", ["nan_block", "nan_block_same_mtime", "header", "truncated", "manifest", "missing"])
+def test_damaged_cache_is_rebuilt_not_used(tmp_path, tiny_build, monkeypatch, caplog, damage):  # noqa: ANN001
+    target = tmp_path / "model"
+    models.cached_build(target, tiny_build, "test model")
+    reference = _logits(target)
+    weights = target / "model.safetensors"
+    stat = weights.stat()
+    data = bytearray(weights.read_bytes())
+    if damage.startswith("nan_block"):  # NaN bytes over the middle of the weights, same size
+        middle = len(data) // 2
+        data[middle : middle + 4096] = b"\xff\xff\xc0\x7f" * 1024
+        weights.write_bytes(bytes(data))
+        if damage == "nan_block_same_mtime":
+            os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            _new_process(monkeypatch)  # the next process catches it by its hash
+    elif damage == "header":
+        data[8:40] = b"{" * 32
+        weights.write_bytes(bytes(data))
+    elif damage == "truncated":
+        weights.write_bytes(bytes(data[: len(data) - 1000]))
+    elif damage == "manifest":
+        (target / models.MANIFEST).write_text('{"model.safetensors": 12')
+    else:
+        (target / "tokenizer.json").unlink()
+    assert models.manifest_problem(target) is not None
+    with caplog.at_level(logging.WARNING, logger="gapo.models"):
+        models.cached_build(target, tiny_build, "test model")
+    assert len(tiny_build.calls) == 2 and any("rebuilding it" in r.getMessage() for r in caplog.records)
+    assert models.manifest_problem(target) is None and torch.equal(_logits(target), reference)
+    assert not list(tmp_path.glob("*partial*"))
+
+
+def test_an_interrupted_build_leaves_no_cache(tmp_path, tokenizer):  # noqa: ANN001
+    def dies(path: str) -> None:
+        models.tiny_random_model(tokenizer).save_pretrained(path)
+        raise KeyboardInterrupt
+
+    target = tmp_path / "model"
+    with pytest.raises(KeyboardInterrupt):
+        models.cached_build(target, dies, "test model")
+    assert not target.exists() and not list(tmp_path.glob("*partial*"))
+
+
+def test_lora_targets_are_checked_against_the_architecture():
+    models.check_lora_targets("tiny-random", ["q_proj", "down_proj", "model.layers.0.self_attn.v_proj"])
+    models.check_lora_targets("tiny-random", "all-linear")
+    with pytest.raises(ValueError, match=r"\['qkv'\] are not modules of tiny-random; choose from: .*gate_proj"):
+        models.check_lora_targets("tiny-random", ["q_proj", "qkv"])
 
 
 def test_tiny_random(tokenizer):  # noqa: ANN001

@@ -197,13 +197,26 @@ def test_committed_notebooks_are_stripped_and_parameterised() -> None:
         assert "from gapo import pipeline, plotting" in code[1].source
 
 
+def _checkpoint(path: Path, step: int, complete: bool = True) -> None:
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True)
+    save_file({"w": __import__("torch").zeros(2)}, str(path / "adapter_model.safetensors"))
+    if complete:  # transformers writes trainer_state.json last: without it, the save was cut short
+        (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+
+
 def test_prepare_run_dir_resumes_only_an_unfinished_run_of_the_same_config(tmp_path: Path) -> None:
     from gapo.train import TrainConfig
 
     config = dataclasses.asdict(TrainConfig(model="tiny-random", max_steps=4))
     run = tmp_path / "run"
     assert pipeline.prepare_run_dir(run, config) is False  # nothing there
-    (run / "checkpoint-2").mkdir(parents=True)
+    _checkpoint(run / "checkpoint-2", 2, complete=False)  # killed during its only save: nothing to resume
+    (run / "config.json").write_text(json.dumps({**config, "resume": False}))
+    assert pipeline.prepare_run_dir(run, {**config, "resume": True}) is False and not run.exists()
+    _checkpoint(run / "checkpoint-2", 2)
+    _checkpoint(run / "checkpoint-4", 4, complete=False)  # a later save cut short: resume from checkpoint-2
     (run / "config.json").write_text(json.dumps({**config, "resume": False}))
     assert pipeline.prepare_run_dir(run, {**config, "resume": True}) is True
     assert pipeline.prepare_run_dir(run, {**config, "max_steps": 8}) is False and not run.exists()
@@ -268,3 +281,54 @@ def test_dvc_rejects_an_unknown_profile_in_one_line(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert re.search(r"Parameters 'profiles\.gpu\.\w+' are missing from 'params\.yaml'", result.stderr)
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Profiles never write the committed results
+# --------------------------------------------------------------------------------------------------------------------
+
+TRACKED_RESULTS = ["figures", "metrics", "results", "dvc.lock", "params.yaml", "dvc.yaml"]
+
+
+def _tracked_state() -> str:
+    """`git status` of the committed results plus their content hashes (a rewrite with equal bytes is no change)."""
+    status = _run(["git", "status", "--porcelain", "--", *TRACKED_RESULTS], REPO)
+    hashes = _run(["git", "ls-files", "-s", "--", *TRACKED_RESULTS], REPO)
+    files = sorted(p for p in (REPO / d for d in TRACKED_RESULTS) for p in ([p] if p.is_file() else p.rglob("*")))
+    return status.stdout + hashes.stdout + "".join(f"{f}:{f.stat().st_size}:{f.stat().st_mtime_ns}\n" for f in files)
+
+
+@pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the git checkout")
+def test_a_non_default_profile_runs_in_its_own_workspace() -> None:
+    """`make reproduce PROFILE=smoke`'s mechanism: `use smoke` prints a workspace; `dvc repro` there (here its first
+    stage) writes its results, dvc.lock and params there, and no tracked file of the repository changes."""
+    before = _tracked_state()
+    use = _run([sys.executable, "-m", "gapo.pipeline", "--params", str(PARAMS), "use", "smoke"], REPO)
+    assert use.returncode == 0, use.stderr
+    workspace = Path(use.stdout.strip())
+    assert workspace == REPO / "runs" / "profiles" / "smoke" and "run `dvc repro` in" in use.stderr
+    assert re.search(r"(?m)^profile: smoke$", (workspace / "params.yaml").read_text())
+    for source in pipeline.source_paths(REPO / "dvc.yaml"):
+        assert (workspace / source).exists(), source
+    repro = _run([str(BIN / "dvc"), "repro", "generate"], workspace, HF_HUB_OFFLINE="1")
+    assert repro.returncode == 0, repro.stdout[-2000:] + repro.stderr[-2000:]
+    assert len((workspace / "data" / "train.jsonl").read_text().splitlines()) == 16  # the smoke size
+    assert (workspace / "results" / "data_summary.csv").is_file() and "generate" in (workspace / "dvc.lock").read_text()
+    assert _tracked_state() == before
+    # The default profile runs in the repository itself (and sets params.yaml back to it, were it changed).
+    again = _run([sys.executable, "-m", "gapo.pipeline", "--params", str(PARAMS), "use", "embedded"], REPO)
+    assert again.returncode == 0 and Path(again.stdout.strip()) == REPO
+    assert _tracked_state() == before
+
+
+def test_workspace_sync_copies_only_what_changed_and_drops_stale_files(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "pkg" / "__pycache__").mkdir(parents=True)
+    (src / "pkg" / "a.py").write_text("a")
+    (src / "pkg" / "__pycache__" / "a.pyc").write_text("x")
+    pipeline._sync(src / "pkg", dst / "pkg")
+    assert sorted(p.name for p in (dst / "pkg").rglob("*")) == ["a.py"]
+    mtime = (dst / "pkg" / "a.py").stat().st_mtime_ns
+    (dst / "pkg" / "old.py").write_text("removed upstream")
+    pipeline._sync(src / "pkg", dst / "pkg")
+    assert (dst / "pkg" / "a.py").stat().st_mtime_ns == mtime and not (dst / "pkg" / "old.py").exists()

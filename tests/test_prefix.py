@@ -21,10 +21,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def make_policy(tokenizer, attn: str = "sdpa"):  # noqa: ANN001, ANN201
-    """tiny-random (3 layers) with TRL's fused LM head and a LoRA adapter whose B is non-zero (so every LoRA
-    weight gets a gradient), set up the way GRPOTrainer sets up its policy."""
+    """tiny-random (3 layers) with a LoRA adapter whose B is non-zero (so every LoRA weight gets a gradient), set
+    up the way GRPOTrainer sets up its policy."""
     from peft import LoraConfig, get_peft_model
-    from trl.trainer.utils import add_fused_lm_head
 
     model = tiny_random_model(tokenizer, SPEC)
     model.set_attn_implementation(attn)
@@ -39,18 +38,24 @@ def make_policy(tokenizer, attn: str = "sdpa"):  # noqa: ANN001, ANN201
     with torch.random.fork_rng():
         torch.manual_seed(0)
         model = get_peft_model(model, config)
-    add_fused_lm_head(model.get_base_model(), temperature=TEMPERATURE, outputs=("log_probs", "entropy"))
     model.train()
     return model
 
 
 def trl_logps(model, input_ids, attention_mask, logits_to_keep, compute_entropy=True, batch_size=None):  # noqa: ANN001, ANN201
-    """TRL 1.16's own GRPOTrainer._get_per_token_logps_and_entropies (undecorated), the reference."""
+    """TRL's own log-prob pass (GRPOTrainer._full_logits_logps, what its public method runs), the reference.
+
+    The entropy keeps its gradient (as with TRL's entropy bonus on), so the entropy term's gradient is compared too.
+    """
     from trl import GRPOTrainer
 
-    fake_trainer = types.SimpleNamespace(accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext))
-    method = GRPOTrainer._get_per_token_logps_and_entropies.__wrapped__
-    logps, entropies, _ = method(
+    fake_trainer = types.SimpleNamespace(
+        accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext),
+        temperature=TEMPERATURE,
+        model_kwarg_keys={"logits_to_keep"},
+        _entropy_bonus_enabled=True,
+    )
+    logps, entropies, _ = GRPOTrainer._full_logits_logps(
         fake_trainer, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy=compute_entropy
     )
     return logps, entropies
@@ -166,10 +171,10 @@ def test_one_group_and_all_distinct(tokenizer) -> None:  # noqa: ANN001
 def test_unsupported_configurations(tokenizer) -> None:  # noqa: ANN001
     model = make_policy(tokenizer)
     input_ids, attention_mask, c = mixed_batch()
-    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     with pytest.raises(prefix.Unsupported, match="gradient checkpointing"):
         prefix.shared_prompt_logps(model, input_ids, attention_mask, c)
-    model.activation_checkpointing_disable()
+    model.gradient_checkpointing_disable()
     with pytest.raises(prefix.Unsupported, match="no prompt part"):
         prefix.shared_prompt_logps(model, input_ids, attention_mask, input_ids.size(1))
     with pytest.raises(prefix.Unsupported, match="not a transformers causal LM"):
@@ -214,9 +219,10 @@ def test_trainer_step_matches_stock_trl(tmp_path, monkeypatch) -> None:  # noqa:
     from transformers.trainer_utils import set_seed
     from trl import GRPOConfig, GRPOTrainer
 
+    from gapo.backends import lora_config
     from gapo.data import make_list_selection_dataset
     from gapo.models import load_tokenizer
-    from gapo.trainer import GAPOConfig, GAPOTrainer, lora_config
+    from gapo.trainer import GAPOConfig, GAPOTrainer
 
     tokenizer = load_tokenizer("tiny-random")
     dataset = make_list_selection_dataset(1, seed=0)

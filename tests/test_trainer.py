@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
+from gapo.backends import lora_config
 from gapo.data import make_list_selection_dataset
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import frequency_reward, group_reward
-from gapo.trainer import GAPOConfig, GAPOTrainer, compute_group_rewards, lora_config, split_groups
+from gapo.trainer import GAPOConfig, GAPOTrainer, compute_group_rewards, split_groups
 
 
 def tiny_args(tmp_path, **overrides):  # noqa: ANN001, ANN201
@@ -152,7 +153,7 @@ def test_bad_dataset_rows_fail_before_training(tmp_path):  # noqa: ANN001
 
 
 def test_prefilled_answer_is_continued_not_closed(tmp_path):  # noqa: ANN001
-    """TRL 1.16 closes a pre-filled assistant turn and opens a new one; GAPOTrainer continues it."""
+    """TRL closes a pre-filled assistant turn and opens a new one; GAPOTrainer continues it."""
     model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
     dataset = make_list_selection_dataset(4, seed=0, response_prefix="<answer>")
     trainer = GAPOTrainer(

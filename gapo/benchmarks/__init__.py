@@ -38,7 +38,7 @@ from gapo.benchmarks.runner import (
     write_figure7_data,
     write_records,
 )
-from gapo.benchmarks.sandbox import ExecutionResult, SandboxLimits, run_program
+from gapo.benchmarks.sandbox import ExecutionResult, SandboxLimits, SandboxUnavailableError, run_humaneval, run_program
 from gapo.benchmarks.scoring import METRICS, safe_score
 
 __all__ = [
@@ -62,7 +62,9 @@ __all__ = [
     "figure7_data",
     "load_benchmark",
     "load_generate",
+    "run_humaneval",
     "run_program",
+    "SandboxUnavailableError",
     "safe_score",
     "sampling_generate",
     "table2_rows",

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from gapo.benchmarks.sandbox import SandboxLimits, run_program
+from gapo.benchmarks.sandbox import SandboxLimits, SandboxUnavailableError, run_humaneval
 
 logger = logging.getLogger(__name__)
 
@@ -285,12 +285,26 @@ def score_mmlu_pro(completion: str, problem: dict[str, Any]) -> dict[str, float]
 
 def humaneval_program(completion: str, problem: dict[str, Any]) -> str:
     """lm-eval's ``build_predictions_instruct`` + ``doc_to_target``: prompt + completion (up to a fence) + tests."""
+    return f"{humaneval_candidate(completion, problem)}{problem['test']}\ncheck({problem['entry_point']})\n"
+
+
+def humaneval_candidate(completion: str, problem: dict[str, Any]) -> str:
+    """The untrusted part of `humaneval_program`: prompt + completion (up to a fence), without the tests."""
     body = completion if completion.find("```") == -1 else completion[: completion.find("```")]
-    return f"{problem['prompt']}{body}\n{problem['test']}\ncheck({problem['entry_point']})\n"
+    return f"{problem['prompt']}{body}\n"
 
 
 def score_humaneval(completion: str, problem: dict[str, Any], limits: SandboxLimits | None = None) -> dict[str, float]:
-    return {"pass@1": float(run_program(humaneval_program(completion, problem), limits).passed)}
+    """lm-eval's HumanEval verdict, decided by a judge process the completion never shares (gapo.benchmarks.sandbox):
+    the candidate runs `humaneval_candidate`; the problem's tests run in the judge and call it across the boundary."""
+    result = run_humaneval(
+        humaneval_candidate(completion, problem),
+        problem["test"],
+        problem["entry_point"],
+        limits,
+        context=problem["prompt"],
+    )
+    return {"pass@1": float(result.passed)}
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -312,6 +326,8 @@ def safe_score(
         return zeros, False
     try:
         scores = SCORERS[benchmark](completion, problem, **kwargs)
+    except SandboxUnavailableError:
+        raise  # no isolation here: a refusal to run model code, not a wrong answer
     except Exception as err:  # noqa: BLE001 - a malformed completion is a wrong answer, not a crashed run
         logger.debug("scoring %s %s failed: %r", benchmark, problem.get("id"), err)
         return zeros, False

@@ -1,26 +1,66 @@
-"""Run by tests/test_distributed.py under `torchrun --nproc_per_node 2` (gloo, CPU): records what reward functions see.
+"""Run by tests/test_distributed.py on 2 CPU processes (gloo): records what reward functions see.
+
+    python tests/dist/two_process_rewards.py OUT [--no-shared-prompt] [--route-cpu-to-fsdp]
+
+launched by `torchrun --nproc_per_node 2` or by `accelerate launch --config_file configs/accelerate/X.yaml`.
 
 Global generation batch = 2 processes x 2 rows = one group of G=4, so stock TRL hands each process half a group.
 Each rank writes OUT/rank{R}.json with: the local slice sizes the per-completion (TRL-style) reward saw, the group
-sizes and prompts the group reward saw (main process only: it computes and broadcasts), and per step the global
-reward column of the group reward plus the gathered answers and items, to recompute the rewards on whole groups.
+sizes and prompts the group reward saw (main process only: it computes and broadcasts), per step the global reward
+columns of the two group rewards plus the gathered answers, items and completion texts (to recompute the rewards on
+whole groups), and how accelerate distributed the model (distributed type, wrapper, placement of a LoRA weight).
+
+--route-cpu-to-fsdp: accelerate 1.15 runs FSDP only on GPUs and other accelerators. With `ACCELERATE_USE_FSDP=true`
+(what `accelerate launch --config_file configs/accelerate/fsdp.yaml` sets) on CPU it silently picks MULTI_CPU, i.e.
+DDP over gloo: `AcceleratorState.__init__` considers FSDP only in its MULTI_GPU/NPU/XPU/... branch. PyTorch's FSDP2
+(`fully_shard`) itself runs on CPU with gloo, so this flag switches the accelerator state to FSDP after accelerate
+built it, with the plugin accelerate built from fsdp.yaml; everything after that (fully_shard on each decoder layer,
+the FSDP2 optimizer swap, generation, saving) is accelerate's, TRL's and GAPO's own code. The test asserts that the
+LoRA weights really are sharded DTensors, so a no-op patch cannot pass.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 from accelerate.utils import gather_object
 
+from gapo.backends import lora_config
 from gapo.data import make_list_selection_dataset
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import completion_text, extract_answer, frequency_reward
-from gapo.trainer import GAPOConfig, GAPOTrainer, lora_config
+from gapo.trainer import GAPOConfig, GAPOTrainer
 
-out_dir = Path(sys.argv[1])
+
+def route_cpu_to_fsdp() -> None:
+    """Make accelerate's CPU processes take its FSDP path (see the module docstring for why this is needed)."""
+    import accelerate.state as state
+    from accelerate.utils import DistributedType
+
+    original = state.AcceleratorState.__init__
+
+    def init(self: Any, *args: Any, fsdp_plugin: Any = None, **kwargs: Any) -> None:
+        original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if self.distributed_type == DistributedType.MULTI_CPU and fsdp_plugin is not None:
+            self.distributed_type = DistributedType.FSDP
+            self.fsdp_plugin = fsdp_plugin
+            state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+    state.AcceleratorState.__init__ = init
+
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out_dir", type=Path)
+parser.add_argument("--no-shared-prompt", action="store_true", help="GAPOConfig's CUDA default (the CPU one is on)")
+parser.add_argument("--route-cpu-to-fsdp", action="store_true")
+cli = parser.parse_args()
+if cli.route_cpu_to_fsdp:
+    route_cpu_to_fsdp()
+
 record: dict = {"per_completion_sizes": [], "group_calls": [], "steps": []}
 
 
@@ -40,20 +80,50 @@ class RecordingFrequency:
         return frequency_reward(prompts=prompts, completions=completions, **kwargs)
 
 
+def rank_in_group(texts: list[str]) -> list[float]:
+    """Each text's rank in its group: (number of texts in the group sorting before it) / (G - 1).
+
+    Why: a random tiny model never answers validly, so the frequency reward is -1 for any grouping. This one changes
+    with every row of the group and with the row order, so a half group or a misplaced row gives other numbers.
+    """
+    return [sum(other < text for other in texts) / (len(texts) - 1) for text in texts]
+
+
+class RankInGroup:
+    __name__ = "rank_in_group"
+    _gapo_group_reward = True
+
+    def __call__(self, prompts, completions, **kwargs):  # noqa: ANN001, ANN204
+        return rank_in_group([completion_text(p, c) for p, c in zip(prompts, completions, strict=True)])
+
+
 class Spy(GAPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        answers = gather_object([extract_answer(completion_text(p, c)) for p, c in zip(prompts, completions)])
-        items = gather_object([x["items"] for x in inputs])
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_global, 3)
+        texts = [completion_text(p, c) for p, c in zip(prompts, completions, strict=True)]
         record["steps"].append(
-            {"local_rows": len(prompts), "rewards": rewards[:, 0].tolist(), "answers": answers, "items": items}
+            {
+                "local_rows": len(prompts),
+                "rewards": rewards[:, 0].tolist(),
+                "rank_rewards": rewards[:, 1].tolist(),
+                "texts": gather_object(texts),
+                "answers": gather_object([extract_answer(t) for t in texts]),
+                "items": gather_object([x["items"] for x in inputs]),
+            }
         )
         return rewards
 
 
+def lora_placements(model: Any) -> list[str] | None:
+    """How one LoRA weight is laid out: DTensor placements under FSDP2 (e.g. ['Shard(dim=0)']), None if whole."""
+    weight = next(p for name, p in model.named_parameters() if "lora_A" in name)
+    placements = getattr(weight, "placements", None)
+    return [str(p) for p in placements] if placements is not None else None
+
+
 model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
 args = GAPOConfig(
-    output_dir=str(out_dir / "run"),
+    output_dir=str(cli.out_dir / "run"),
     num_generations=4,
     per_device_train_batch_size=2,
     max_steps=2,
@@ -63,12 +133,12 @@ args = GAPOConfig(
     lora_alpha=8,
     save_strategy="no",
     logging_steps=1,
-    shared_prompt_forward=True,
+    shared_prompt_forward=not cli.no_shared_prompt,
     seed=0,
 )
 trainer = Spy(
     model=model,
-    reward_funcs=[RecordingFrequency(), per_completion_spy],
+    reward_funcs=[RecordingFrequency(), RankInGroup(), per_completion_spy],
     args=args,
     train_dataset=make_list_selection_dataset(8, seed=0, response_prefix="<answer>"),
     processing_class=tokenizer,
@@ -77,4 +147,7 @@ trainer = Spy(
 trainer.train()
 rank = dist.get_rank() if dist.is_initialized() else 0
 record["world_size"] = dist.get_world_size() if dist.is_initialized() else 1
-(out_dir / f"rank{rank}.json").write_text(json.dumps(record))
+record["distributed_type"] = trainer.accelerator.distributed_type.value
+record["wrapper"] = type(trainer.model_wrapped).__name__
+record["lora_placements"] = lora_placements(trainer.model_wrapped)
+(cli.out_dir / f"rank{rank}.json").write_text(json.dumps(record))

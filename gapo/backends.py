@@ -1,0 +1,161 @@
+"""The training backend, chosen explicitly: `unsloth` (CUDA LoRA kernels), `peft`, or `auto`; and the GPU checks.
+
+Why a module of its own: the choice has to be made *before* trl is imported. Unsloth patches transformers, peft and
+trl when it is imported, and warns that it cannot when trl came first, so `activate` imports it before anything else
+that gapo loads. Entry points (`gapo train`, the pipeline stages) call `resolve` and `activate` first thing; library
+users call `gapo.backends.activate("unsloth")` (or `import unsloth`) before `import gapo.trainer`.
+
+    auto     Unsloth on CUDA when it is importable, PEFT everywhere else (what GAPOConfig uses by default)
+    unsloth  Unsloth, or a one-line error without CUDA or without the package
+    peft     PEFT LoRA on transformers, on any device
+
+Every later step (the trainer, group rewards, saving) is the same code for both; `load_policy` is the only fork.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "unsloth", "peft")
+
+
+def cuda_available(use_cpu: bool = False) -> bool:
+    return torch.cuda.is_available() and not use_cpu
+
+
+def installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def resolve(requested: str, use_cpu: bool = False) -> str:
+    """`auto`/`unsloth`/`peft` -> the backend that will run; a one-line error when the request cannot run here."""
+    if requested not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {requested!r}")
+    if requested == "peft":
+        return "peft"
+    cuda = cuda_available(use_cpu)
+    if requested == "unsloth":
+        if not cuda:
+            raise ValueError("backend 'unsloth' needs a CUDA GPU; use --backend peft (or auto) on this machine")
+        if not installed("unsloth"):
+            raise ValueError("backend 'unsloth' needs the unsloth package: pip install -e '.[gpu]' (or --backend peft)")
+        return "unsloth"
+    return "unsloth" if cuda and installed("unsloth") else "peft"
+
+
+def activate(backend: str) -> None:
+    """Import Unsloth before trl so that its patches apply; a no-op for PEFT."""
+    if backend != "unsloth" or "unsloth" in sys.modules:
+        return
+    if "trl" in sys.modules:
+        logger.warning(
+            "trl was imported before unsloth, so Unsloth cannot patch it; call gapo.backends.activate('unsloth') "
+            "before importing gapo.trainer or trl"
+        )
+    import unsloth  # noqa: F401
+
+
+def check_vllm(use_vllm: bool) -> None:
+    """`use_vllm` needs the vllm package (the `gpu` extra) and a GPU; say so in one line before any model loads."""
+    if not use_vllm:
+        return
+    if not installed("vllm"):
+        raise ValueError("use_vllm needs the vllm package: pip install -e '.[gpu]' (or set use_vllm: false)")
+    if not torch.cuda.is_available():
+        raise ValueError("use_vllm needs a CUDA GPU; set use_vllm: false on this machine")
+
+
+def require_cuda(what: str) -> None:
+    """One line for a GPU-only setting (a GPU profile, say) on a CPU-only machine."""
+    if not torch.cuda.is_available():
+        raise ValueError(f"{what} needs a CUDA GPU and none is visible; use the embedded or smoke profile on CPU")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading the policy
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def lora_config(args: Any) -> Any:
+    """The PEFT LoRA config for a GAPOConfig (the PEFT path; Unsloth gets the same numbers in `load_policy`)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=args.lora_r,
+        lora_alpha=args.lora_alpha,
+        lora_dropout=args.lora_dropout,
+        target_modules=args.lora_target_modules,
+        task_type="CAUSAL_LM",
+    )
+
+
+def model_dir(name: str) -> str:
+    """A directory `from_pretrained` can read for any model name, `tiny-random` included.
+
+    Unsloth's loader takes a path, and `tiny-random` is built in memory from a config, so it is written once to the
+    gapo cache (atomically: a partial directory is never taken for a model).
+    """
+    from gapo import models
+
+    if name != models.TINY_RANDOM:
+        return models.resolve_model_path(name)
+    target = models.cache_dir() / "tiny-random" / "model"
+    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
+        return str(target)
+    model, tokenizer = models.load_model_and_tokenizer(name, device="cpu")
+    if tokenizer.eos_token == tokenizer.pad_token and "<|im_end|>" in tokenizer.get_vocab():
+        # The GGUF's tokenizer ends text with its pad token; Qwen2.5-Instruct's own ends a turn with <|im_end|>, and
+        # Unsloth refuses a pad token equal to the end token.
+        tokenizer.eos_token = "<|im_end|>"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{target}.partial-{os.getpid()}")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    if not target.exists():
+        os.replace(tmp, target)
+    return str(target)
+
+
+def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple[Any, Any, Any]:
+    """Load `(model, tokenizer, peft_config)` for training on `args.backend`; pass all three to GAPOTrainer.
+
+    Unsloth: FastLanguageModel with the LoRA applied here (peft_config None). PEFT: gapo.models loads the model and
+    the trainer applies `lora_config(args)`. The backend that ran is logged and kept in `args.backend`.
+    """
+    from gapo import models
+
+    backend = resolve(args.backend, args.use_cpu)
+    activate(backend)
+    args.backend = backend
+    logger.info("backend: %s", backend)
+    if backend == "unsloth":  # pragma: no cover - needs CUDA (tests/test_gpu.py)
+        from unsloth import FastLanguageModel
+
+        model, tokenizer = FastLanguageModel.from_pretrained(
+            model_name=model_dir(model_name),
+            max_seq_length=max_seq_length,
+            load_in_4bit=False,
+            dtype=torch.bfloat16 if args.bf16 else None,
+        )
+        model = FastLanguageModel.get_peft_model(
+            model,
+            r=args.lora_r,
+            lora_alpha=args.lora_alpha,
+            lora_dropout=args.lora_dropout,
+            target_modules=args.lora_target_modules,
+            use_gradient_checkpointing="unsloth" if args.gradient_checkpointing else False,
+            random_state=args.seed,
+        )
+        return model, tokenizer, None
+    model, tokenizer = models.load_model_and_tokenizer(model_name, device="cpu" if args.use_cpu else None)
+    model.train()
+    return model, tokenizer, lora_config(args)

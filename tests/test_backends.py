@@ -1,0 +1,151 @@
+"""The backend switch and the GPU settings, on CPU: explicit choices, one-line refusals, device-aware defaults."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gapo import backends
+from gapo.trainer import GAPOConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU_ONLY = pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusals")
+
+
+def test_auto_and_peft_resolve_to_peft_on_cpu():
+    assert backends.resolve("peft") == "peft"
+    assert backends.resolve("auto", use_cpu=True) == "peft"
+    with pytest.raises(ValueError, match="backend must be one of auto, unsloth, peft, got 'vllm'"):
+        backends.resolve("vllm")
+
+
+@CPU_ONLY
+def test_gpu_only_settings_refuse_in_one_line():
+    with pytest.raises(ValueError, match="backend 'unsloth' needs a CUDA GPU; use --backend peft"):
+        backends.resolve("unsloth")
+    with pytest.raises(ValueError, match="use_vllm needs"):
+        backends.check_vllm(True)
+    backends.check_vllm(False)
+    with pytest.raises(ValueError, match="profile 'paper' needs a CUDA GPU"):
+        backends.require_cuda("profile 'paper'")
+
+
+def test_gapo_config_device_defaults(tmp_path):  # noqa: ANN001
+    args = GAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32)
+    cuda = torch.cuda.is_available()
+    assert args.backend == "auto"
+    assert args.shared_prompt_forward is (not cuda)  # measured faster on CPU, slower on an H100
+    assert args.static_cache_generation is cuda
+    if not cuda:
+        assert args.cache_implementation is None and not args.generation_kwargs
+
+
+def test_static_cache_generation_sets_trl_generation_settings(tmp_path):  # noqa: ANN001
+    args = GAPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=32,
+        static_cache_generation=True,
+        generation_max_cache_len=256,
+        max_completion_length=16,
+    )
+    assert args.cache_implementation == "static"
+    assert args.generation_kwargs == {"max_cache_len": 256}
+    with pytest.raises(ValueError, match="backend must be one of"):
+        GAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32, backend="fast")
+    with pytest.raises(ValueError, match="turn it off with use_vllm"):
+        GAPOConfig(
+            output_dir=str(tmp_path), per_device_train_batch_size=32, static_cache_generation=True, use_vllm=True
+        )
+
+
+def test_static_cache_generation_trains_on_cpu(tmp_path):  # noqa: ANN001
+    """The GPU generation path (static cache; compiled only on accelerators) runs a real step on tiny-random."""
+    from gapo.data import make_list_selection_dataset
+    from gapo.models import load_model_and_tokenizer
+    from gapo.rewards import frequency_reward
+    from gapo.trainer import GAPOTrainer
+
+    args = GAPOConfig(
+        output_dir=str(tmp_path / "out"),
+        num_generations=4,
+        per_device_train_batch_size=4,
+        max_steps=1,
+        max_completion_length=6,
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        save_strategy="no",
+        static_cache_generation=True,
+        generation_max_cache_len=128,
+    )
+    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
+    trainer = GAPOTrainer(
+        model=model,
+        reward_funcs=[frequency_reward],
+        args=args,
+        train_dataset=make_list_selection_dataset(4, seed=0),
+        processing_class=tokenizer,
+        peft_config=backends.lora_config(args),
+    )
+    assert trainer.generation_config.cache_implementation == "static"
+    assert trainer.generation_config.disable_compile is False
+    trainer.train()
+    assert trainer.state.global_step == 1
+
+
+def test_model_dir_materialises_tiny_random_once():
+    path = Path(backends.model_dir("tiny-random"))
+    assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    assert tokenizer.pad_token != tokenizer.eos_token  # what Unsloth requires of a tokenizer
+    assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "qwen2"
+    assert backends.model_dir("tiny-random") == str(path)
+    assert not list(path.parent.glob("*.partial-*"))
+
+
+@CPU_ONLY
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--backend", "unsloth"], "gapo: error: backend 'unsloth' needs a CUDA GPU"),
+        (["--use-vllm"], "gapo: error: use_vllm needs the vllm package"),
+        (["--backend", "jax"], "gapo: error: backend must be one of auto, unsloth, peft"),
+        (["--vllm-mode", "remote"], "gapo: error: vllm_mode must be colocate or server"),
+    ],
+)
+def test_train_cli_refuses_gpu_settings_before_loading(tmp_path, flags, message):  # noqa: ANN001
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "gapo.cli", "train", "--no-params", "--model", "tiny-random", "--output-dir", str(out)]
+        + flags,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip().splitlines()[0]]
+    assert proc.stderr.startswith(message), proc.stderr
+    assert not out.exists()
+
+
+@CPU_ONLY
+def test_gpu_profile_refuses_on_cpu_before_writing_anything():
+    from gapo import pipeline
+
+    params = ROOT / "params.yaml"
+    before = params.read_text(encoding="utf-8")
+    assert pipeline.needs_gpu(pipeline.resolve("paper", params))
+    assert not pipeline.needs_gpu(pipeline.resolve("embedded", params))
+    with pytest.raises(pipeline.PipelineError, match="profile 'paper' .* needs a CUDA GPU"):
+        pipeline.use_profile("paper", params)
+    assert not (ROOT / "runs" / "profiles" / "paper").exists()
+    assert params.read_text(encoding="utf-8") == before
