@@ -38,8 +38,8 @@ reproduce: venv
 		PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/dvc" repro
 
 lint: venv
-	$(BIN)/ruff check gapo tests benchmarks notebooks
-	$(BIN)/ruff format --check gapo tests benchmarks notebooks
+	$(BIN)/ruff check gapo tests perf notebooks
+	$(BIN)/ruff format --check gapo tests perf notebooks
 
 clean-venv:
 	rm -rf $(VENV)

@@ -18,6 +18,15 @@ import yaml
 T = TypeVar("T")
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An ArgumentParser whose bad flags raise ValueError, which `gapo.cli` prints as one ``gapo: error:`` line.
+
+    Why: argparse's own error prints the whole usage block (twenty lines for `gapo train`) above the message."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        raise ValueError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
 def load_params(path: str | Path, section: str | None = None) -> dict[str, Any]:
     """Read params.yaml (or one top-level section of it); a missing file or section is a one-line error."""
     path = Path(path)
@@ -57,7 +66,7 @@ def _parse_scalar(kind: type, optional: bool) -> Any:
 
 
 def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = OneLineErrorParser(prog=prog, description=description)
     parser.add_argument("--params", default="params.yaml", help="params file to read defaults from")
     parser.add_argument("--section", default=None, help="section of the params file (default: the command's)")
     parser.add_argument("--no-params", action="store_true", help="ignore the params file; use built-in defaults")

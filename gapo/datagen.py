@@ -6,11 +6,11 @@ gapo data --num-prompts 512 --seed 0 --out data/train.jsonl
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from gapo.io import write_jsonl_atomic
 
 
 @dataclass
@@ -36,16 +36,7 @@ def write_dataset(cfg: DataConfig) -> dict[str, int]:
     out = Path(cfg.out)
     if out.is_dir():
         raise FileExistsError(f"--out {out} is a directory; pass a file path such as {out / 'train.jsonl'}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=out.name + ".partial-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):  # a failed write or rename leaves nothing half-written behind
-            os.unlink(tmp)
+    write_jsonl_atomic(out, rows)
     return dict(Counter(r["category"] for r in rows))
 
 

@@ -15,6 +15,8 @@ headline numbers and the `config` that produced them; `write_json` stores all th
 | `creativity`        | 6.3, Table 1              | mean_embedding_distance, mean_one_minus_self_bleu |
 | `haiku_map`         | 6.3, Figure 6 (openTSNE)  | -                             |
 | `baselines`         | Appendix G, Table 8       | <model>/mean_jsd, <model>/unique_at_n |
+| `valid_unique`      | issue 13, open categories | mean_valid_unique_at_n        |
+| `target_jsd`        | issue 13, target lists    | mean_jsd                      |
 
 Answers are matched to list items after `normalize_answer` (case, spacing, edge punctuation), so "mars." counts as
 "Mars"; anything else, and a completion without ``<answer>...</answer>``, is invalid (the paper's NV). Small base
@@ -25,9 +27,7 @@ models often answer a bare "Mars" without the tags, so `uniformity` also reports
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,18 +37,21 @@ import numpy as np
 import pandas as pd
 
 from gapo import eval_prompts as ep
-from gapo.equivalence import match_item
+from gapo.data import OPEN_HELDOUT_CATEGORIES, open_eval_prompts, open_validity
+from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
+from gapo.io import atomic_open
 from gapo.metrics import (
     INVALID,
     coverage,
     jsd_from_uniform,
+    jsd_to_target,
     mean_pairwise_cosine_distance,
     normalize_answer,
     self_bleu,
     unique_curve,
 )
 from gapo.rewards import extract_answer
-from gapo.sampling import Sampler, default_file_mode
+from gapo.sampling import Sampler
 
 
 @dataclass
@@ -73,18 +76,9 @@ class ExperimentResult:
 
     def write_json(self, path: str | Path) -> Path:
         """Write `to_dict()` atomically (temp file + rename)."""
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, ensure_ascii=False, indent=1, default=_json_default)
-            os.chmod(tmp, default_file_mode())
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return target
+        with atomic_open(path) as f:
+            json.dump(self.to_dict(), f, ensure_ascii=False, indent=1, default=_json_default)
+        return Path(path)
 
 
 def _json_default(value: Any) -> Any:
@@ -616,3 +610,117 @@ def baselines(
         "per_prompt": pd.concat(per_prompt, ignore_index=True),
     }
     return _finish(ExperimentResult("baselines", tables, summary, config), out)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Issue 13: valid-unique@n on open categories, and JSD to a stated target distribution
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def valid_unique(
+    sampler: Sampler,
+    n: int = 500,
+    categories: Sequence[str] = OPEN_HELDOUT_CATEGORIES,
+    equivalence: Equivalence | str | None = None,
+    seed: int = 0,
+    response_prefix: str | None = None,
+    out: str | Path | None = None,
+) -> ExperimentResult:
+    """Valid-unique@n: distinct *valid* answer classes in `n` samples of each open category's question.
+
+    Validity is `gapo.data.open_validity` (a lexicon per category; a category without one is "validity unchecked" and
+    counts nothing), classes are those of `equivalence` (default: normalised text), so the count is the one the
+    open-ended training reward pays for. Tables: ``samples`` (answer, valid), ``curves`` (category, k, valid_unique),
+    ``per_category`` (rule, valid_unique_at_n, unique_at_n, valid_rate, answer_rate). Summary:
+    ``mean_valid_unique_at_n``, ``mean_unique_at_n``, ``mean_valid_rate``.
+    """
+    _check_n(n)
+    prompts = open_eval_prompts(categories)
+    same = equivalence_from_spec(equivalence)
+    chat = [ep.user_message(ep.open_prompt(q)) for q in prompts.values()]
+    completions = sampler(chat, n, **_overrides(seed, response_prefix))
+    sample_rows, curve_rows, per_category_rows = [], [], []
+    for category, texts in zip(prompts, completions, strict=True):
+        check = open_validity(category)
+        answers = [extract_answer(t) for t in texts]
+        valid = [a is not None and check(a) for a in answers]
+        curve = unique_curve(answers, same, check)
+        sample_rows.extend(
+            {"category": category, "sample": i, "completion": t, "answer": a, "valid": v}
+            for i, (t, a, v) in enumerate(zip(texts, answers, valid, strict=True))
+        )
+        curve_rows.extend({"category": category, "k": k + 1, "valid_unique": u} for k, u in enumerate(curve))
+        per_category_rows.append(
+            {
+                "category": category,
+                "rule": check.source,
+                "valid_unique_at_n": curve[-1],
+                "unique_at_n": unique_curve(answers, same)[-1],
+                "valid_rate": sum(valid) / len(texts),
+                "answer_rate": sum(a is not None for a in answers) / len(texts),
+                "n": len(texts),
+            }
+        )
+    per_category = pd.DataFrame(per_category_rows)
+    summary = {
+        "mean_valid_unique_at_n": float(per_category["valid_unique_at_n"].mean()),
+        "mean_unique_at_n": float(per_category["unique_at_n"].mean()),
+        "mean_valid_rate": float(per_category["valid_rate"].mean()),
+    }
+    config = {
+        "n": n,
+        "prompts": prompts,
+        "equivalence": same.name,
+        "seed": seed,
+        "response_prefix": response_prefix,
+        "sampling": _params_of(sampler),
+    }
+    tables = {"samples": pd.DataFrame(sample_rows), "curves": pd.DataFrame(curve_rows), "per_category": per_category}
+    return _finish(ExperimentResult("valid_unique", tables, summary, config), out)
+
+
+def target_jsd(
+    sampler: Sampler,
+    rows: Sequence[Mapping[str, Any]],
+    n: int = 100,
+    seed: int = 0,
+    response_prefix: str | None = None,
+    out: str | Path | None = None,
+) -> ExperimentResult:
+    """JSD between each list's answer distribution and the target its prompt states (`gapo.metrics.jsd_to_target`).
+
+    `rows` are target prompts (``prompt``, ``items``, ``category``, ``target``), e.g. `gapo.data.unseen_target_rows`.
+    Answers are matched strictly, as the training reward does (`parse_item`); an invalid answer lands in the NV bin,
+    whose target is 0. Tables: ``samples``, ``per_list`` (items, target, share, jsd, invalid_rate). Summary:
+    ``mean_jsd``, ``mean_invalid_rate``.
+    """
+    _check_n(n)
+    if not rows:
+        raise ValueError("target_jsd needs at least one target row (e.g. gapo.data.unseen_target_rows)")
+    completions = sampler([list(r["prompt"]) for r in rows], n, **_overrides(seed, response_prefix))
+    sample_rows, per_list_rows = [], []
+    for index, (row, texts) in enumerate(zip(rows, completions, strict=True)):
+        items, target = list(row["items"]), list(row["target"])
+        matched = [parse_item(t, items) for t in texts]
+        sample_rows.extend(
+            {"list": index, "sample": i, "completion": t, "item": m if m is not None else INVALID}
+            for i, (t, m) in enumerate(zip(texts, matched, strict=True))
+        )
+        per_list_rows.append(
+            {
+                "list": index,
+                "category": row.get("category"),
+                "items": items,
+                "target": target,
+                "share": [sum(m == item for m in matched) / len(texts) for item in items],
+                "jsd": jsd_to_target(matched, items, target),
+                "invalid_rate": sum(m is None for m in matched) / len(texts),
+                "n": len(texts),
+            }
+        )
+    per_list = pd.DataFrame(per_list_rows)
+    summary = {"mean_jsd": float(per_list["jsd"].mean()), "mean_invalid_rate": float(per_list["invalid_rate"].mean())}
+    config = {"n": n, "num_lists": len(rows), "seed": seed, "response_prefix": response_prefix}
+    config["sampling"] = _params_of(sampler)
+    tables = {"samples": pd.DataFrame(sample_rows), "per_list": per_list}
+    return _finish(ExperimentResult("target_jsd", tables, summary, config), out)

@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from gapo.io import atomic_dir, atomic_open
 
 try:  # POSIX: lets concurrent processes build a cache once
     import fcntl
@@ -106,17 +107,10 @@ def _gguf_ok(path: Path) -> bool:
 
 def _assemble_gguf(target: Path) -> None:
     """Concatenate the parts into `target` atomically (a temp file renamed into place)."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for part in _part_paths():
-                with open(part, "rb") as f:
-                    shutil.copyfileobj(f, out, 1 << 22)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_open(target, "wb") as out:
+        for part in _part_paths():
+            with open(part, "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 22)
 
 
 def embedded_gguf_path() -> Path:
@@ -215,28 +209,42 @@ def _build_lock(directory: Path) -> Iterator[None]:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def cached_build(target: Path, build: Callable[[str], None], what: str) -> Path:
+#: Written into each built cache directory: a cache built by an older recipe is rebuilt (see `cached_build`).
+RECIPE_FILE = "gapo-recipe.txt"
+
+
+def recipe_problem(directory: Path, recipe: str) -> str | None:
+    """None when `directory` was built by `recipe`; else why not (a cache from an older gapo is stale, not damaged)."""
+    file = directory / RECIPE_FILE
+    found = file.read_text(encoding="utf-8").strip() if file.is_file() else "(none)"
+    return None if found == recipe else f"built by recipe {found!r}, this gapo uses {recipe!r}"
+
+
+def cached_build(target: Path, build: Callable[[str], None], what: str, recipe: str = "1") -> Path:
     """`target`, verified against its manifest; (re)built with `build(tmp_dir)` when missing, damaged or stale.
 
     A damaged cache (truncated, overwritten, a broken safetensors header, a lost manifest) is rebuilt with a warning
-    naming the problem; errors of the build itself (a bad source) propagate.
+    naming the problem; errors of the build itself (a bad source) propagate. `recipe` names the way it is built:
+    changing it (a fix in the build) rebuilds caches made the old way.
     """
-    if manifest_problem(target) is None:
+    if manifest_problem(target) is None and recipe_problem(target, recipe) is None:
         return target
     with _build_lock(target.parent):
-        problem = manifest_problem(target)  # another process may have rebuilt it while we waited
+        problem = manifest_problem(target) or recipe_problem(target, recipe)  # another process may have rebuilt it
         if problem is None:
             return target
         if target.exists():
-            logger.warning("%s cache %s is damaged (%s); rebuilding it", what, target, problem)
+            logger.warning("%s cache %s is out of date or damaged (%s); rebuilding it", what, target, problem)
         else:
             logger.info("building the %s cache in %s (one time)", what, target)
 
         def build_and_record(path: str) -> None:
             build(path)
+            (Path(path) / RECIPE_FILE).write_text(recipe + "\n", encoding="utf-8")
             write_manifest(Path(path))
 
-        _save_atomically(target, build_and_record)
+        with atomic_dir(target) as tmp:
+            build_and_record(str(tmp))
         _VERIFIED.update(_stat_key(f) for f in target.iterdir() if f.is_file() and f.name != MANIFEST)
     return target
 
@@ -246,34 +254,40 @@ def cached_build(target: Path, build: Callable[[str], None], what: str) -> Path:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+#: How the embedded caches are built; "2": the tokenizer's EOS is <|im_end|> (see `gguf_tokenizer`).
+EMBEDDED_RECIPE = "2"
+
+
+def gguf_tokenizer(gguf: Path) -> Any:
+    """The GGUF's tokenizer, with Qwen2.5-Instruct's end of turn, <|im_end|>, as its EOS.
+
+    Why: transformers 5.17 reads the GGUF's `eos_token_id` 151643 (<|endoftext|>, which is also the pad token),
+    whereas the instruct model ends each turn with <|im_end|>, as its own tokenizer says. With EOS = pad, TRL and
+    gapo's samplers do not stop at the end of the answer, the SFT targets end in the wrong token, and Unsloth
+    refuses the tokenizer.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if "<|im_end|>" in tokenizer.get_vocab() and tokenizer.eos_token != "<|im_end|>":
+        tokenizer.eos_token = "<|im_end|>"
+    return tokenizer
+
+
 def embedded_tokenizer_dir() -> Path:
     """A directory holding the embedded model's tokenizer (extracted from the GGUF once; a few seconds)."""
 
     def build(path: str) -> None:
-        from transformers import AutoTokenizer
 
         gguf = embedded_gguf_path()
-        AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(path)
+        gguf_tokenizer(gguf).save_pretrained(path)
 
-    return cached_build(_embedded_dir() / "tokenizer", build, "embedded tokenizer")
-
-
-def _save_atomically(target: Path, save_fn: Any) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=target.name + ".partial-"))
-    try:
-        save_fn(str(tmp))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+    return cached_build(_embedded_dir() / "tokenizer", build, "embedded tokenizer", EMBEDDED_RECIPE)
 
 
 def _convert_embedded(path: str) -> None:
     """Write the embedded GGUF as a float32 safetensors model directory (with its tokenizer) into `path`."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM
 
     gguf = embedded_gguf_path()  # sha256-checked here: a corrupted GGUF is never converted
     quantized = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
@@ -290,7 +304,7 @@ def _convert_embedded(path: str) -> None:
     model.tie_weights()
     del quantized
     model.save_pretrained(path)
-    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(path)
+    gguf_tokenizer(gguf).save_pretrained(path)
 
 
 def embedded_model_dir() -> Path:
@@ -299,7 +313,7 @@ def embedded_model_dir() -> Path:
     Every process checks the directory against the sha256 manifest written when it was built (about 2 s for the
     2.4 GB of weights, once per process), and rebuilds it from the verified GGUF when anything differs.
     """
-    return cached_build(_embedded_dir() / "model", _convert_embedded, "embedded model")
+    return cached_build(_embedded_dir() / "model", _convert_embedded, "embedded model", EMBEDDED_RECIPE)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ profile, ``profiles.<name>.<section>`` changes them (key by key; the name -> spe
     P = pipeline.stage_params("uniformity", profile="smoke")
     P["uniformity"]["n"], P["models"]["gapo"]["adapter"]
 
-From a shell (the lead may expose these as ``gapo pipeline ...``)::
+From a shell (``gapo pipeline ...`` is the same command)::
 
     python -m gapo.pipeline check smoke             # exit 2 with one line for an unknown profile or bad params
     python -m gapo.pipeline use smoke               # prepare the profile's workspace; prints where to `dvc repro`
@@ -26,7 +26,6 @@ in the directory it prints.
 from __future__ import annotations
 
 import argparse
-import csv
 import filecmp
 import gc
 import json
@@ -34,12 +33,13 @@ import os
 import re
 import shutil
 import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from gapo.io import atomic_dir, write_text_atomic
 
 DEFAULT_PARAMS = "params.yaml"
 DEFAULT_PROFILE = "embedded"
@@ -70,6 +70,8 @@ STAGES: dict[str, tuple[str, ...]] = {
     "creativity": ("models", "sampling", "creativity"),
     "benchmarks": ("models", "sampling", "benchmarks"),
     "coherence": ("models", "sampling", "coherence"),
+    "open_ended": ("train", "models", "sampling", "open_ended"),
+    "targets": ("train", "models", "sampling", "targets"),
 }
 
 #: Stage -> its notebook (run by papermill from the repository root).
@@ -83,6 +85,8 @@ NOTEBOOKS: dict[str, str] = {
     "creativity": "notebooks/06_creativity.ipynb",
     "benchmarks": "notebooks/07_benchmarks.ipynb",
     "coherence": "notebooks/08_coherence.ipynb",
+    "open_ended": "notebooks/09_open_ended.ipynb",
+    "targets": "notebooks/10_targets.ipynb",
 }
 
 #: Keys of a `models` entry.
@@ -191,6 +195,11 @@ def _check_models(profile: str, resolved: Mapping[str, Mapping[str, Any]]) -> No
         single = values.get("model") if section == "bias" else None
         if single is not None and single not in models:
             raise PipelineError(f"profile {profile!r}: bias.model {single!r} is not one of: {', '.join(models)}")
+        for key in ("base", "list_gapo") if section in ("open_ended", "targets") else ():  # issue 13's stages
+            if key in values and values[key] not in models:
+                raise PipelineError(
+                    f"profile {profile!r}: {section}.{key} {values[key]!r} is not one of: {', '.join(models)}"
+                )
 
 
 def stage_params(
@@ -222,7 +231,7 @@ def set_profile(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> None:
     if count != 1:
         raise PipelineError(f"no top-level `profile:` line in {path}")
     if new != text:
-        _write_text_atomic(path, new)
+        write_text_atomic(path, new)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -309,9 +318,9 @@ def use_profile(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> Path:
     if count != 1:
         raise PipelineError(f"no top-level `profile:` line in {params_file}")
     if not (workspace / "params.yaml").is_file() or (workspace / "params.yaml").read_text(encoding="utf-8") != new:
-        _write_text_atomic(workspace / "params.yaml", new)
+        write_text_atomic(workspace / "params.yaml", new)
     if not (workspace / ".dvc" / "config").is_file():
-        _write_text_atomic(workspace / ".dvc" / "config", WORKSPACE_DVC_CONFIG)
+        write_text_atomic(workspace / ".dvc" / "config", WORKSPACE_DVC_CONFIG)
     return workspace
 
 
@@ -337,6 +346,8 @@ class Samplers(Mapping):
 
     Entries that share a base model and adapter (the min-p rows) reuse the loaded model. Experiments that take a
     mapping of samplers (`haiku_map`, `figure7_data`) walk it model by model, so only one model is ever resident.
+    With the vllm backend the engine outlives `release`: one engine per base model serves every adapter on it as a
+    LoRA request (`gapo.sampling.vllm_engine`), since vLLM does not give an engine's GPU memory back.
     """
 
     def __init__(
@@ -437,35 +448,14 @@ def copy_dir(src: str | Path, dst: str | Path) -> Path:
     src, dst = Path(src), Path(dst)
     if not src.is_dir():
         raise FileNotFoundError(f"{src} is not a directory")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dst.parent, prefix=f".{dst.name}.partial-"))
-    try:
+    with atomic_dir(dst) as tmp:
         shutil.copytree(src, tmp, dirs_exist_ok=True)
-        if dst.exists():
-            shutil.rmtree(dst)
-        os.replace(tmp, dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return dst
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # Outputs
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def _write_text_atomic(path: str | Path, text: str) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
 
 
 def _clean(value: Any) -> Any:
@@ -482,7 +472,7 @@ def _clean(value: Any) -> Any:
 
 
 def write_json(path: str | Path, document: Mapping[str, Any]) -> Path:
-    return _write_text_atomic(path, json.dumps(_clean(document), indent=2, ensure_ascii=False) + "\n")
+    return write_text_atomic(path, json.dumps(_clean(document), indent=2, ensure_ascii=False) + "\n")
 
 
 def write_metrics(path: str | Path, models: Mapping[str, Mapping[str, Any]], **extra: Any) -> Path:
@@ -495,7 +485,7 @@ def write_csv(path: str | Path, table: Any) -> Path:
     import pandas as pd
 
     frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
-    return _write_text_atomic(path, frame.to_csv(index=False, lineterminator="\n"))
+    return write_text_atomic(path, frame.to_csv(index=False, lineterminator="\n"))
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -509,11 +499,6 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}: line {number} is not JSON ({err.msg})") from err
     return rows
-
-
-def read_csv_rows(path: str | Path) -> list[dict[str, str]]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return list(csv.DictReader(f))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -557,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-#: What `gapo.cli` dispatches to, should `gapo pipeline ...` be added to its COMMANDS.
+#: What `gapo pipeline ...` (gapo.cli) dispatches to.
 cli = main
 
 

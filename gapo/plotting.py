@@ -11,14 +11,14 @@ files in results/ without sampling again.
 | `unique_curves_figure`  | Figures 5 and 9 (open set)        |
 | `tsne_figure`           | Figure 6 (haiku t-SNE)            |
 | `coherence_figure`      | Figure 7 (creativity vs MATH)     |
+| `valid_unique_figure`   | issue 13: open-ended GAPO         |
+| `target_jsd_figure`     | issue 13: target distributions    |
 | `training_figure`, `loss_figure`, `data_figure` | training curves and the data (no paper figure) |
 """
 
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +26,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+
+from gapo.io import atomic_path
 
 #: Colour families by model-name prefix; variants of a family (e.g. gapo, gapo_7b) get lighter shades.
 FAMILIES: tuple[tuple[str, str], ...] = (
@@ -79,19 +81,11 @@ def save(fig: Any, path: str | Path, close: bool = False) -> Path:
     """Write `fig` as PNG atomically, without the (version-dependent) Software tag.
 
     The figure stays open so that a notebook still shows it; pass ``close=True`` in scripts."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight", metadata={"Software": None})
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     if close:
         plt.close(fig)
-    return target
+    return Path(path)
 
 
 def _grid(panels: int, ncols: int, size: tuple[float, float] = (4.2, 3.2)) -> tuple[Any, list[Any]]:
@@ -377,5 +371,81 @@ def coherence_figure(rows: pd.DataFrame, labels: Mapping[str, str] | None = None
     ax.set_xlabel("creativity: mean pairwise embedding distance")
     ax.set_ylabel(f"coherence: MATH accuracy ({accuracy.split('/')[-1]})")
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Issue 13: open-ended training and target distributions
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def valid_unique_figure(
+    curves: pd.DataFrame, per_category: pd.DataFrame, models: Sequence[str], labels: Mapping[str, str] | None = None
+) -> Any:
+    """Valid-unique@n on the held-out open categories: the curve per category, and the mean over them per model.
+
+    ``curves``: model, category, k, valid_unique; ``per_category``: model, category, rule, valid_unique_at_n, n.
+    Panel titles name each category's validity rule (its lexicon), since the count depends on it.
+    """
+    categories = list(dict.fromkeys(per_category["category"]))
+    fig = unique_curves_figure(
+        curves.rename(columns={"valid_unique": "unique"}),
+        per_category.rename(columns={"valid_unique_at_n": "unique_at_n"}),
+        categories,
+        models,
+        labels,
+        ncols=len(categories) + 1,
+    )
+    rules = per_category.drop_duplicates("category").set_index("category")["rule"]
+    for i, ax in enumerate(fig.axes[: len(categories)]):
+        _letter(ax, i, f"{categories[i]} ({str(rules[categories[i]]).split(' (')[0]})")
+        ax.set_ylabel("distinct valid answers")
+    n = int(per_category["n"].max()) if len(per_category) else 0
+    fig.axes[len(categories)].set_ylabel(f"mean valid-unique@{n}")
+    _letter(fig.axes[len(categories)], len(categories), f"mean over {len(categories)} held-out categories")
+    fig.tight_layout()
+    return fig
+
+
+def target_jsd_figure(
+    per_list: pd.DataFrame, models: Sequence[str], labels: Mapping[str, str] | None = None, goal: float | None = 0.1
+) -> Any:
+    """JSD to the stated target on each unseen list per model, and the first list's shares against its target.
+
+    ``per_list``: model, list, category, items, target, share, jsd (one row per model and list).
+    """
+    labels = _labels(models, labels)
+    colors = model_colors(models)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.6), gridspec_kw={"width_ratios": [2, 1]})
+    order = list(dict.fromkeys(per_list["list"]))
+    names = per_list.drop_duplicates("list").set_index("list")["category"]
+    table = per_list.assign(list=per_list["list"].astype(int))
+    _grouped_bars(a, table, "list", "model", "jsd", order, models, colors, labels)
+    a.set_xticks(np.arange(len(order)), [f"{i}: {names[i]}" for i in order], rotation=45, ha="right")
+    if goal is not None:
+        a.axhline(goal, color="black", linestyle="--", linewidth=1, label=f"goal {goal}")
+    a.set_ylabel("JSD to the target")
+    a.legend(fontsize=8)
+    _letter(a, 0, "unseen lists")
+    first = per_list[per_list["list"] == order[0]]
+    items = list(first["items"].iloc[0])
+    xs = np.arange(len(items))
+    width = 0.8 / (len(models) + 1)
+    b.bar(xs - len(models) * width / 2, list(first["target"].iloc[0]), width, color="black", label="target")
+    for j, model in enumerate(models):
+        row = first[first["model"] == model]
+        if len(row):
+            b.bar(
+                xs + (j + 1 - len(models) / 2) * width,
+                list(row["share"].iloc[0]),
+                width,
+                color=colors[model],
+                label=labels[model],
+            )
+    b.set_xticks(xs, items, rotation=45, ha="right")
+    b.set_ylabel("share of samples")
+    b.legend(fontsize=8)
+    _letter(b, 1, f"list {order[0]}: {names[order[0]]}")
     fig.tight_layout()
     return fig

@@ -73,8 +73,14 @@ class Unsupported(RuntimeError):
 def _unwrap(model: nn.Module) -> nn.Module:
     """The causal-LM `PreTrainedModel` under a PEFT wrapper (LoRA layers stay injected in its modules)."""
     wrapper = type(model).__name__
-    if wrapper in ("DistributedDataParallel", "FullyShardedDataParallel", "DeepSpeedEngine") or hasattr(
-        model, "_fsdp_wrapped_module"
+    try:
+        from torch.distributed.fsdp import FSDPModule  # FSDP2 wraps by subclassing, so the class name says nothing
+    except ImportError:  # pragma: no cover - torch built without distributed
+        FSDPModule = ()  # noqa: N806
+    if (
+        wrapper in ("DistributedDataParallel", "FullyShardedDataParallel", "DeepSpeedEngine")
+        or hasattr(model, "_fsdp_wrapped_module")
+        or isinstance(model, FSDPModule)
     ):
         raise Unsupported(f"distributed wrapper {wrapper}")
     if hasattr(model, "get_base_model") and hasattr(model, "peft_config"):

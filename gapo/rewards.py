@@ -227,6 +227,29 @@ def is_group_reward(fn: Any) -> bool:
     return bool(getattr(fn, GROUP_REWARD_ATTR, False))
 
 
+#: Keyword arguments the trainer supplies itself; any other parameter without a default is a dataset column.
+TRAINER_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})
+
+
+def required_columns(fn: Any) -> list[str]:
+    """The dataset columns a reward function cannot run without: its keyword parameters that have no default.
+
+    Why: a dataset missing `items` otherwise fails at the first reward call, after a whole generation; GAPOTrainer
+    checks this when it is built. `frequency_reward` -> ["items"]; a function taking only **kwargs -> [].
+    """
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins and some C callables have no signature
+        return []
+    return [
+        name
+        for name, p in signature.parameters.items()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in TRAINER_KWARGS
+    ]
+
+
 def completion_text(prompt: Any, completion: Any) -> str:
     """The assistant's full answer text for one rollout, *including* any pre-filled response prefix.
 

@@ -41,12 +41,11 @@ import logging
 import math
 import os
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,12 +53,12 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from gapo.chat import ChatPrompt, render_prompt, split_prefill
+from gapo.config import OneLineErrorParser
+from gapo.io import write_jsonl_atomic
 from gapo.rewards import extract_answer
 
 logger = logging.getLogger(__name__)
-
-Message = dict[str, Any]
-ChatPrompt = list[Message]
 
 BACKENDS = ("transformers", "vllm", "openai")
 
@@ -123,33 +122,6 @@ def _warn_greedy(n: int, temperature: float) -> None:
             f"temperature 0 is greedy decoding: all {n} samples of a prompt will be identical",
             stacklevel=3,
         )
-
-
-def normalize_prompt(prompt: ChatPrompt | str, response_prefix: str | None) -> tuple[ChatPrompt, str]:
-    """Split a chat prompt into (messages to template, assistant prefix to pre-fill).
-
-    A plain string is one user message. A prompt that already ends with an assistant message (TRL's way of
-    pre-filling) has that message's content as its prefix; `response_prefix` is appended to it.
-    """
-    messages: ChatPrompt = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-    if not messages:
-        raise ValueError("empty chat prompt (no messages)")
-    prefix = ""
-    if messages[-1].get("role") == "assistant":
-        prefix = str(messages[-1].get("content") or "")
-        messages = messages[:-1]
-        if not messages:
-            raise ValueError("chat prompt holds only an assistant message")
-    return messages, prefix + (response_prefix or "")
-
-
-def render_prompt(tokenizer: Any, prompt: ChatPrompt | str, response_prefix: str | None = None) -> tuple[str, str]:
-    """The exact text the model continues (chat template + generation prompt + prefix), and the prefix alone."""
-    messages, prefix = normalize_prompt(prompt, response_prefix)
-    if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError("the tokenizer has no chat template; sampling needs a chat (instruct) model")
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return text + prefix, prefix
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -439,8 +411,55 @@ class TransformersBackend:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+class VLLMEngine:
+    """One vLLM engine for one base model; every adapter on that base is a `LoRARequest` to it.
+
+    Why: vLLM does not give GPU memory back when an engine is dropped, so an engine per (model, adapter) pair, as
+    the paper profile's uniformity stage would need five times, runs out of memory. One engine per base model with
+    LoRA enabled serves the base (no request) and each adapter (a stable integer id per adapter directory).
+    """
+
+    def __init__(self, model_path: str, llm: Any) -> None:
+        self.model_path = model_path
+        self.llm = llm
+        self.tokenizer = llm.get_tokenizer()
+        self._lora_ids: dict[str, int] = {}
+
+    def lora_request(self, adapter: str | None) -> Any:
+        if adapter is None:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        key = str(Path(adapter).resolve())
+        lora_id = self._lora_ids.setdefault(key, len(self._lora_ids) + 1)
+        return LoRARequest(f"gapo-adapter-{lora_id}", lora_id, key)
+
+
+#: base model path -> its engine, for the life of the process (see VLLMEngine).
+_VLLM_ENGINES: dict[str, VLLMEngine] = {}
+
+
+def vllm_engine(model: str, max_lora_rank: int = 64, **llm_kwargs: Any) -> VLLMEngine:
+    """The process's vLLM engine for `model`, started on first use with LoRA enabled."""
+    if not torch.cuda.is_available():
+        raise SamplingError("the vllm backend needs a CUDA GPU; use --backend transformers on CPU")
+    try:
+        from vllm import LLM
+    except ImportError as err:
+        raise SamplingError("the vllm backend needs vllm: pip install 'gapo[gpu]'") from err
+    from gapo.models import TINY_RANDOM, resolve_model_path
+
+    if model == TINY_RANDOM:
+        raise SamplingError("tiny-random exists only in memory; vllm needs a model directory or hub id")
+    path = resolve_model_path(model)
+    if path not in _VLLM_ENGINES:
+        llm = LLM(model=path, enable_lora=True, max_lora_rank=max_lora_rank, **llm_kwargs)
+        _VLLM_ENGINES[path] = VLLMEngine(path, llm)
+    return _VLLM_ENGINES[path]
+
+
 class VLLMBackend:
-    """vLLM offline engine; a LoRA adapter is applied per request with ``LoRARequest``.
+    """A view of the base model's shared `VLLMEngine`, with or without one LoRA adapter (sent per request).
 
     vLLM shares the prompt's KV blocks between the n samples of a request itself (``SamplingParams(n=...)``).
     """
@@ -448,28 +467,16 @@ class VLLMBackend:
     name = "vllm"
 
     def __init__(self, model: str, adapter: str | None = None, max_lora_rank: int = 64, **llm_kwargs: Any) -> None:
-        if not torch.cuda.is_available():
-            raise SamplingError("the vllm backend needs a CUDA GPU; use --backend transformers on CPU")
-        try:
-            from vllm import LLM
-        except ImportError as err:
-            raise SamplingError("the vllm backend needs vllm: pip install 'gapo[gpu]'") from err
-        from gapo.models import TINY_RANDOM, resolve_model_path
-
-        if model == TINY_RANDOM:
-            raise SamplingError("tiny-random exists only in memory; vllm needs a model directory or hub id")
         if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
             raise SamplingError(f"no LoRA adapter at {adapter!r} (adapter_config.json missing)")
+        self.engine = vllm_engine(model, max_lora_rank=max_lora_rank, **llm_kwargs)
+        self.llm, self.tokenizer = self.engine.llm, self.engine.tokenizer
         self.adapter = adapter
-        kwargs = {"enable_lora": True, "max_lora_rank": max_lora_rank} if adapter else {}
-        self.llm = LLM(model=resolve_model_path(model), **kwargs, **llm_kwargs)
-        self.tokenizer = self.llm.get_tokenizer()
 
     def generate(
         self, prompts: list[ChatPrompt], n: int, params: SamplingParams, progress: bool = False
     ) -> list[list[str]]:
         from vllm import SamplingParams as VLLMSamplingParams
-        from vllm.lora.request import LoRARequest
 
         _check_request(prompts, n)
         _warn_greedy(n, params.temperature)
@@ -482,7 +489,7 @@ class VLLMBackend:
             seed=params.seed,
             max_tokens=params.max_new_tokens,
         )
-        lora = LoRARequest("gapo-adapter", 1, self.adapter) if self.adapter else None
+        lora = self.engine.lora_request(self.adapter)
         outputs = self.llm.generate([text for text, _ in rendered], sampling, lora_request=lora, use_tqdm=progress)
         return [
             [prefix + choice.text for choice in out.outputs] for (_, prefix), out in zip(rendered, outputs, strict=True)
@@ -587,7 +594,7 @@ class OpenAIBackend:
         request_no = 0
         try:
             for prompt in prompts:
-                messages, prefix = normalize_prompt(prompt, params.response_prefix)
+                messages, prefix = split_prefill(prompt, params.response_prefix)
                 texts: list[str] = []
                 while len(texts) < n:
                     got = self._request(
@@ -673,30 +680,6 @@ def make_sampler(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def write_jsonl_atomic(path: str | Path, records: Iterator[dict[str, Any]] | Sequence[dict[str, Any]]) -> Path:
-    """Write JSON lines to a temp file next to `path`, then rename: readers never see a half-written file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for record in records:
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.chmod(tmp, default_file_mode())  # mkstemp makes 0600; a result file should be readable like any other
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
-def default_file_mode() -> int:
-    """The mode `open()` would give a new file under the current umask (0644 with the usual 022)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def sample_records(prompt: str, completions: list[str], **meta: Any) -> list[dict[str, Any]]:
     """One JSON-ready record per sample: index, prompt, completion, extracted answer and the run's settings."""
     return [
@@ -706,7 +689,7 @@ def sample_records(prompt: str, completions: list[str], **meta: Any) -> list[dic
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="gapo sample",
         description="Draw N samples of one prompt (sent as a user chat message) and write them as JSON lines.",
     )

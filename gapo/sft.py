@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,7 +37,8 @@ from typing import Any
 
 import torch
 
-from gapo.sampling import render_prompt
+from gapo.chat import render_prompt
+from gapo.io import atomic_dir
 
 logger = logging.getLogger(__name__)
 
@@ -232,18 +230,10 @@ def train_sft(
 
 def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, losses: list[float]) -> Path:
     target = Path(config.output_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.partial-"))
-    try:
+    with atomic_dir(target) as tmp:
         model.save_pretrained(str(tmp))
         tokenizer.save_pretrained(str(tmp))
         (tmp / "sft_config.json").write_text(json.dumps({"config": asdict(config), "losses": losses}, indent=1))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

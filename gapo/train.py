@@ -1,13 +1,15 @@
 """`gapo train`: GAPO with LoRA on synthetic list-selection prompts, from params.yaml (section `train`) plus flags.
 
 How this run differs from plain GRPO: the reward is `gapo.rewards.frequency_reward`, a *group* reward computed over
-all G completions of a prompt (the paper's frequency-aware reward); everything else is TRL's GRPO.
+all G completions of a prompt (the paper's frequency-aware reward); everything else is TRL's GRPO. `--task open`
+trains on open prompts with `ClassFrequencyReward`, `--task targets` on list prompts with a target distribution
+(`target_distribution_reward`); see `task_data`.
 
     # CPU, the offline default model (about 40 s a step at G=16 on 2 cores)
     gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded
     # interrupted, even by kill -9 mid-save? continue from the newest complete checkpoint (<= `save_steps` lost)
     gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded --resume
-    # GPUs, the paper's setting (Unsloth when importable)
+    # GPUs, the paper's setting (--backend unsloth for Unsloth's kernels; auto is PEFT for now)
     gapo train --model Qwen/Qwen2.5-7B-Instruct --num-generations 32 --lora-r 64 --gradient-accumulation-steps 8
 
 Output directory::
@@ -24,13 +26,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from gapo.io import atomic_dir, temp_glob, write_text_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +47,22 @@ class TrainConfig:
     num_prompts: int = field(default=512, metadata={"help": "size of the synthetic training set"})
     min_items: int = field(default=4, metadata={"help": "shortest list in a prompt"})
     max_items: int = field(default=12, metadata={"help": "longest list in a prompt"})
-    categories: list[str] | None = field(default=None, metadata={"help": "comma-separated subset of categories"})
+    task: str = field(
+        default="lists",
+        metadata={
+            "help": "lists: list prompts, frequency reward (the paper); open: open prompts ('Name a country.'), "
+            "class-frequency reward over `equivalence` with a lexicon per category; targets: list prompts stating a "
+            "target distribution, target-distribution reward"
+        },
+    )
+    categories: list[str] | None = field(
+        default=None,
+        metadata={"help": "comma-separated subset of categories (lists/targets: data.CATEGORIES; open: lexicon ones)"},
+    )
+    equivalence: str = field(
+        default="normalized",
+        metadata={"help": "task open: when two answers are the same class (gapo.equivalence spec, e.g. normalized)"},
+    )
     response_prefix: str | None = field(default=None, metadata={"help": "pre-filled answer start, e.g. '<answer>'"})
     num_generations: int = field(default=32, metadata={"help": "G, completions per prompt (paper: 32)"})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "completions per device micro-batch"})
@@ -65,7 +82,7 @@ class TrainConfig:
     shared_prompt_forward: bool | None = field(
         default=None, metadata={"help": "encode each prompt once per group (default: on for CPU, off on CUDA)"}
     )
-    backend: str = field(default="auto", metadata={"help": "auto, unsloth or peft (auto: Unsloth on CUDA if found)"})
+    backend: str = field(default="auto", metadata={"help": "auto, unsloth or peft (auto: PEFT for now; gapo.backends)"})
     use_vllm: bool = field(default=False, metadata={"help": "generate with vLLM (TRL's use_vllm; needs the gpu extra)"})
     vllm_mode: str = field(default="colocate", metadata={"help": "colocate | server (TRL's vllm_mode)"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in output_dir"})
@@ -116,7 +133,52 @@ def config_problem(cfg: TrainConfig) -> str | None:
         return f"backend must be one of auto, unsloth, peft, got {cfg.backend!r}"
     if cfg.vllm_mode not in ("colocate", "server"):
         return f"vllm_mode must be colocate or server, got {cfg.vllm_mode!r}"
+    if cfg.task not in TASKS:
+        return f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}"
     return None
+
+
+#: What `task` selects: the training prompts and the group reward (see `task_data`).
+TASKS: tuple[str, ...] = ("lists", "open", "targets")
+
+
+def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
+    """The training dataset and reward functions of `cfg.task`; every check runs here, before any model loads.
+
+    Why one function: the three tasks differ only in their prompts and their group reward; the trainer, LoRA and
+    checkpointing are the same. `open` refuses a category without a lexicon ("validity unchecked"), since its reward
+    could not tell a valid answer from an invalid one.
+    """
+    from gapo import data
+    from gapo.rewards import ClassFrequencyReward, frequency_reward, target_distribution_reward
+
+    if cfg.task == "open":
+        categories = tuple(cfg.categories or data.OPEN_TRAIN_CATEGORIES)
+        unchecked = [c for c in categories if c in data.OPEN_QUESTIONS and not data.open_validity(c).checked]
+        if unchecked:
+            raise ValueError(
+                f"task open: categories {unchecked} have no lexicon ({data.VALIDITY_UNCHECKED}); train on checked "
+                f"ones: {', '.join(data.LEXICON_SOURCES)}"
+            )
+        dataset = data.make_open_dataset(
+            cfg.num_prompts, cfg.seed, categories=categories, response_prefix=cfg.response_prefix
+        )
+        reward = ClassFrequencyReward(cfg.equivalence, validity=data.open_validity_map(categories))
+        return dataset, [reward]
+    lists = {
+        "min_items": cfg.min_items,
+        "max_items": cfg.max_items,
+        "categories": cfg.categories,
+        "response_prefix": cfg.response_prefix,
+    }
+    if cfg.task == "targets":
+        dataset = data.make_target_distribution_dataset(cfg.num_prompts, cfg.seed, **lists)
+        data.validate_items_column(dataset)
+        data.validate_target_column(dataset)
+        return dataset, [target_distribution_reward]
+    dataset = data.make_list_selection_dataset(cfg.num_prompts, cfg.seed, **lists)
+    data.validate_items_column(dataset)
+    return dataset, [frequency_reward]
 
 
 def gapo_config(cfg: TrainConfig) -> Any:
@@ -196,14 +258,7 @@ def _trim_metrics(path: Path, last_step: int) -> None:
     if not path.is_file():
         return
     kept = [r for r in read_metrics(path) if r.get("step", 0) <= last_step]
-    _write_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -267,7 +322,7 @@ def _remove_incomplete(output_dir: Path, keep: Path | None) -> None:
         if path != keep and path.is_dir() and checkpoint_problem(path) is not None:
             logger.warning("removing incomplete checkpoint %s", path)
             shutil.rmtree(path, ignore_errors=True)
-    for path in output_dir.glob("adapter.partial-*"):
+    for path in output_dir.glob(temp_glob(output_dir / "adapter")):
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -284,17 +339,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     backend = backends.resolve(cfg.backend)
     backends.check_vllm(cfg.use_vllm)
     backends.activate(backend)
-    from gapo.data import make_list_selection_dataset, validate_items_column
-    from gapo.rewards import frequency_reward
     from gapo.trainer import GAPOTrainer
 
     # Everything that can be wrong is checked before the model loads.
     args = gapo_config(cfg)
     models.check_model_name(cfg.model)
-    dataset = make_list_selection_dataset(
-        cfg.num_prompts, cfg.seed, cfg.min_items, cfg.max_items, cfg.categories, cfg.response_prefix
-    )
-    validate_items_column(dataset)
+    dataset, reward_funcs = task_data(cfg)
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--output-dir {out} is a file, not a directory; pass a directory path")
@@ -317,12 +367,12 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
         _trim_metrics(metrics_path, int(resume_from.name.split("-")[-1]))
     elif metrics_path.exists():
         metrics_path.unlink()
-    _write_atomic(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
+    write_text_atomic(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
 
     model, tokenizer, peft_config = backends.load_policy(cfg.model, args)
     trainer = GAPOTrainer(
         model=model,
-        reward_funcs=[frequency_reward],
+        reward_funcs=reward_funcs,
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
@@ -335,19 +385,35 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     summary = summarize(metrics_path)
     summary.update({"train_seconds": elapsed, "config": dataclasses.asdict(cfg)})
+    save_adapter(trainer, tokenizer, out / "adapter")
     if trainer.accelerator.is_main_process:
-        adapter_dir = out / "adapter"
-        tmp = Path(tempfile.mkdtemp(dir=out, prefix="adapter.partial-"))
-        try:
-            trainer.model.save_pretrained(str(tmp))
-            tokenizer.save_pretrained(str(tmp))
-            if adapter_dir.exists():
-                shutil.rmtree(adapter_dir)
-            os.replace(tmp, adapter_dir)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        _write_atomic(out / "metrics.json", json.dumps(summary, indent=2))
+        write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2))
     return summary
+
+
+def save_adapter(trainer: Any, tokenizer: Any, target: Path) -> None:
+    """Write the trained adapter to `target` atomically, with every process taking part.
+
+    Why every process: under FSDP the LoRA weights are sharded, and `Trainer.save_model` gathers them (a main-process
+    `save_pretrained` of a shard crashes). It writes into one staging folder all processes know, named like
+    `gapo.io`'s temp folders (so a resume after a kill removes it); the main process then moves it into place.
+    """
+    from gapo.io import TEMP_SUFFIX
+
+    accelerator = trainer.accelerator
+    staging = target.parent / f".{target.name}.save{TEMP_SUFFIX}"
+    if accelerator.is_main_process:
+        shutil.rmtree(staging, ignore_errors=True)
+    accelerator.wait_for_everyone()
+    trainer.save_model(str(staging))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        with atomic_dir(target) as tmp:
+            for path in staging.iterdir():
+                if path.name != "training_args.bin":  # the Trainer's own pickle; the adapter does not need it
+                    shutil.move(str(path), tmp / path.name)
+            tokenizer.save_pretrained(str(tmp))
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 KEY_METRICS = (

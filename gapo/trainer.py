@@ -38,7 +38,14 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
-from gapo.rewards import completion_text, extract_answer, is_group_reward, validate_group_rewards
+from gapo import chat
+from gapo.rewards import (
+    completion_text,
+    extract_answer,
+    is_group_reward,
+    required_columns,
+    validate_group_rewards,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +77,7 @@ class GAPOConfig(GRPOConfig):
     )
     backend: str = field(
         default="auto",
-        metadata={"help": "auto, unsloth or peft: the LoRA backend (gapo.backends); auto = Unsloth on CUDA if found."},
+        metadata={"help": "auto, unsloth or peft: the LoRA backend (gapo.backends); auto is PEFT for now."},
     )
     shared_prompt_forward: bool | None = field(
         default=None,
@@ -185,6 +192,21 @@ def group_diversity_stats(
     return {"valid_fraction": sum(a is not None for a in answers) / len(answers), "group_jsd": sum(jsds) / len(jsds)}
 
 
+def check_reward_columns(reward_funcs: Any, dataset: Any) -> None:
+    """One line, before any model work, for a reward that needs a dataset column the dataset lacks."""
+    columns = getattr(dataset, "column_names", None)
+    if reward_funcs is None or columns is None:
+        return
+    for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
+        missing = [c for c in required_columns(func) if c not in columns]
+        if missing:
+            name = getattr(func, "__name__", type(func).__name__)
+            raise ValueError(
+                f"reward {name!r} needs dataset column(s) {', '.join(map(repr, missing))}; "
+                f"the training dataset has: {', '.join(columns)}"
+            )
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Trainer
 # --------------------------------------------------------------------------------------------------------------------
@@ -201,6 +223,7 @@ class GAPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         train_dataset = kwargs.get("train_dataset")
+        check_reward_columns(kwargs.get("reward_funcs"), train_dataset)
         if train_dataset is not None and "items" in getattr(train_dataset, "column_names", []):
             from gapo.data import validate_items_column, validate_target_column
 
@@ -220,25 +243,14 @@ class GAPOTrainer(GRPOTrainer):
 
         TRL renders every conversational prompt with `add_generation_prompt=True`, so a prompt ending in an
         assistant message (a response prefix such as "<answer>") is closed with <|im_end|> and generation starts a
-        *new* assistant turn: the prefix is silently lost. Prompts ending with an assistant turn are rendered with
-        `continue_final_message=True` here, as TRL's own `apply_chat_template` does for datasets.
+        *new* assistant turn: the prefix is silently lost. Here such prompts are rendered by `gapo.chat.render`
+        (generation prompt + the prefix text), exactly as sampling and evaluation render them.
         """
         prefilled = [isinstance(p, list) and p and p[-1].get("role") == "assistant" for p in prompts]
         if not any(prefilled) or self._is_vlm or self.environment_factories is not None:
             return super()._tokenize_prompts(prompts)
-        prompt_ids = []
-        for prompt, cont in zip(prompts, prefilled, strict=True):
-            ids = self.processing_class.apply_chat_template(
-                prompt,
-                tools=self.tools or None,
-                chat_template=self.chat_template,
-                add_generation_prompt=not cont,
-                continue_final_message=cont,
-                tokenize=True,
-                return_dict=True,
-                **self.chat_template_kwargs,
-            )["input_ids"]
-            prompt_ids.append(list(ids[0] if ids and isinstance(ids[0], list) else ids))
+        template = {"tools": self.tools or None, "chat_template": self.chat_template, **self.chat_template_kwargs}
+        prompt_ids = [chat.token_ids(self.processing_class, prompt, **template) for prompt in prompts]
         return prompt_ids, None, {}
 
     # -- rewards -------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gapo import backends
+from gapo.io import temp_glob
 from gapo.trainer import GAPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +108,7 @@ def test_model_dir_materialises_tiny_random_once():
     assert tokenizer.pad_token != tokenizer.eos_token  # what Unsloth requires of a tokenizer
     assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "qwen2"
     assert backends.model_dir("tiny-random") == str(path)
-    assert not list(path.parent.glob("*.partial-*"))
+    assert not list(path.parent.glob(temp_glob(path)))
 
 
 @CPU_ONLY

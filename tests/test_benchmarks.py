@@ -1,5 +1,8 @@
-"""Coherence benchmarks: subsets and their offline sources, lm-eval-style scoring, malformed completions, the runner
-and its outputs (Table 2 CSV, metrics/benchmarks.json, Figure 7 data). The sandbox has its own tests."""
+"""Coherence benchmarks: subsets and their offline sources; Table 2 through lm-evaluation-harness itself (our task
+YAMLs loaded offline from the include path, `simple_evaluate` with our LM); the MATH and HumanEval scoring it calls;
+bootstrap intervals; the runner's outputs (Table 2 CSV, metrics/benchmarks.json, Figure 7 data). Models here are
+fixed-answer `Generate` functions (our own code, wrapped by `GapoLM`, lm-eval's model interface) or tiny-random. All
+of it runs offline (conftest sets HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1). The sandbox has its own tests."""
 
 from __future__ import annotations
 
@@ -13,13 +16,20 @@ import pytest
 from gapo.benchmarks import data as bdata
 from gapo.benchmarks.data import (
     PAPER_SIZES,
-    BenchmarkData,
     BenchmarkDataError,
     draw_random,
     draw_stratified,
     load_benchmark,
 )
-from gapo.benchmarks.prompts import MINERVA_FEWSHOT, build_prompt, truncate
+from gapo.benchmarks.harness import (
+    TASK_NAMES,
+    GapoLM,
+    bootstrap_interval,
+    cut_at_stop,
+    run_task,
+    task_config,
+    task_manager,
+)
 from gapo.benchmarks.runner import (
     PAPER_TABLE2,
     TABLE2_COLUMNS,
@@ -32,16 +42,13 @@ from gapo.benchmarks.runner import (
     write_benchmark_outputs,
     write_figure7_data,
 )
-from gapo.benchmarks.sandbox import SandboxLimits
 from gapo.benchmarks.scoring import (
-    METRICS,
+    MINERVA_FEWSHOT,
     humaneval_program,
     is_equiv,
     normalize_final_answer,
-    safe_score,
-    score_gsm8k,
+    score_humaneval,
     score_math,
-    score_mmlu_pro,
 )
 
 
@@ -170,55 +177,11 @@ def test_local_mmlu_pro_copy_is_used(tmp_path, monkeypatch):
     data = load_benchmark("mmlu_pro", source="local")
     assert len(data.problems) == 3 * 14
     assert [p["category"] for p in data.problems[:3]] == ["history", "law", "math"]
-    messages, prefix = build_prompt("mmlu_pro", data.problems[0], num_fewshot=5, fewshot=data.fewshot)
-    assert prefix is None and messages[0]["role"] == "system" and "about history" in messages[0]["content"]
-    assert len(messages) == 1 + 2 * 2 + 1  # two history rows in the validation sample
-    assert messages[-1]["content"].endswith("Answer: Let's think step by step.")
-    assert "B. y" in messages[-1]["content"]
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Prompts
+# Scoring that lm-eval cannot do here (MATH, HumanEval)
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def test_prompts_follow_lm_eval_templates():
-    messages, _ = build_prompt("gsm8k", {"question": "1+1?"})
-    assert messages == [{"role": "user", "content": "Question: 1+1?\nAnswer:"}]
-    shots = [{"question": "q", "answer": "a\n#### 1"}]
-    messages, _ = build_prompt("gsm8k", {"question": "1+1?"}, num_fewshot=1, fewshot=shots)
-    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
-    messages, _ = build_prompt("math", {"problem": "P"}, num_fewshot=4)
-    assert len(messages) == 9 and messages[-1]["content"] == "Problem:\nP\n\nSolution:"
-    assert messages[1]["content"] == MINERVA_FEWSHOT[0]["solution"]
-    problem = {"prompt": "def f(x):\n    '''double'''\n"}
-    messages, prefix = build_prompt("humaneval", problem)
-    assert messages[-1] == {"role": "assistant", "content": prefix}
-    assert prefix == "Here is the completed function:\n```python\ndef f(x):\n    '''double'''\n\n"
-    assert truncate("humaneval", "    return 2 * x\n\ndef g():\n    pass") == "    return 2 * x\n"
-    assert truncate("gsm8k", "#### 4\n\nQuestion: next") == "#### 4\n\n"
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Scoring
-# --------------------------------------------------------------------------------------------------------------------
-
-GSM_PROBLEM = {"answer": "Janet sells 16 - 3 - 4 = 9 eggs.\nShe makes 9 * 2 = $18.\n#### 18"}
-
-
-@pytest.mark.parametrize(
-    ("completion", "exact", "flexible"),
-    [
-        ("16 - 3 - 4 = 9, 9 * 2 = 18\n#### 18", 1.0, 1.0),
-        ("She makes $18 a day.", 0.0, 1.0),
-        ("She makes 18 dollars.\n#### 18.", 1.0, 1.0),
-        ("#### 1,018\nso 18", 0.0, 1.0),
-        ("The total is 20.", 0.0, 0.0),
-        ("", 0.0, 0.0),
-    ],
-)
-def test_gsm8k_strict_and_flexible(completion, exact, flexible):
-    assert score_gsm8k(completion, GSM_PROBLEM) == {"exact": exact, "flexible": flexible}
 
 
 def test_math_exact_match_and_verify():
@@ -238,121 +201,200 @@ def test_math_exact_match_and_verify():
     assert is_equiv("\\frac{1}{2}", "0.5") and not is_equiv("2", "3")
 
 
-def test_mmlu_pro_extraction():
-    assert score_mmlu_pro("Thinking... the answer is (C).", {"answer": "C"}) == {"exact_match": 1.0}
-    assert score_mmlu_pro("so the answer is D", {"answer": "D"}) == {"exact_match": 1.0}
-    assert score_mmlu_pro("The answer is (B) or maybe the answer is (C)", {"answer": "C"}) == {"exact_match": 0.0}
-    assert score_mmlu_pro("C", {"answer": "C"}) == {"exact_match": 0.0}  # lm-eval needs "answer is"
-
-
 @pytest.fixture(scope="module")
 def humaneval_problems():
     return load_benchmark("humaneval", n=3, source="local").problems
 
 
-def test_humaneval_canonical_solutions_pass_and_wrong_ones_fail(humaneval_problems):
+ALWAYS_EQUAL = (
+    "    class Same:\n"
+    "        __eq__ = lambda self, other: True\n"
+    "        __ne__ = lambda self, other: False\n"
+    "    return Same()\n"
+)
+
+
+def test_humaneval_scoring_runs_in_the_sandbox(humaneval_problems):
     for problem in humaneval_problems[:2]:
-        assert safe_score("humaneval", problem["canonical_solution"], problem) == ({"pass@1": 1.0}, True)
-        assert safe_score("humaneval", "    return None\n", problem) == ({"pass@1": 0.0}, True)
+        assert score_humaneval(problem["canonical_solution"], problem) == {"pass@1": 1.0}
+        assert score_humaneval("    return None\n", problem) == {"pass@1": 0.0}
+        assert score_humaneval(ALWAYS_EQUAL, problem) == {"pass@1": 0.0}  # the judge compares, not the candidate
     program = humaneval_program("    return 1\n```\nExplanation: trivial", humaneval_problems[0])
     assert "Explanation" not in program and program.rstrip().endswith(f"check({humaneval_problems[0]['entry_point']})")
 
 
-MALFORMED = [None, 42, b"bytes", "", "\\boxed{", "Final Answer: The final answer is $\\frac{$. I hope it is correct.",
-             "#### ####", "\x00\udcff", "answer is (" * 1000, "x" * 100_000, ["list"]]  # fmt: skip
-
-
-@pytest.mark.parametrize("benchmark", ["gsm8k", "math", "mmlu_pro"])
-def test_malformed_completions_score_zero_without_raising(benchmark):
-    problem = {
-        "gsm8k": GSM_PROBLEM,
-        "math": {"problem": "p", "solution": "$\\boxed{3}$", "answer": None},
-        "mmlu_pro": {"answer": "A"},
-    }[benchmark]
-    for completion in MALFORMED:
-        scores, _ = safe_score(benchmark, completion, problem)
-        assert scores == dict.fromkeys(METRICS[benchmark], 0.0)
-    assert safe_score(benchmark, "anything", {})[0] == dict.fromkeys(METRICS[benchmark], 0.0)  # broken problem
-
-
-def test_malformed_humaneval_completions_fail(humaneval_problems):
-    quick = SandboxLimits(timeout_s=2, cpu_seconds=1)
-    for completion in [None, 42, "", "def (:", "\x00", "    while True: pass\n"]:
-        scores, _ = safe_score("humaneval", completion, humaneval_problems[0], limits=quick)
-        assert scores == {"pass@1": 0.0}
-
-
 # --------------------------------------------------------------------------------------------------------------------
-# Runner
+# lm-eval: tasks from the include path, offline
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _data(name: str, n: int) -> BenchmarkData:
-    return load_benchmark(name, n=n, source="local")
+def test_task_yamls_load_offline_from_the_include_path():
+    assert set(TASK_NAMES.values()) <= set(task_manager().all_subtasks)
+    for name in TASK_NAMES:
+        config = task_config(name)
+        assert config["dataset_path"] == "json"
+        assert all(
+            bdata.Path(f).is_absolute() and bdata.Path(f).is_file()
+            for f in config["dataset_kwargs"]["data_files"].values()
+        )
+    assert callable(task_config("math")["process_results"]) and callable(task_config("humaneval")["process_results"])
 
 
-class Oracle:
-    """Answers GSM8K with the gold `#### N` for the first `right` problems, else a wrong number; records calls."""
+def test_gsm8k_task_is_lm_evals_own_definition():
+    """Everything but the data source equals lm-eval's gsm8k.yaml (prompt, 5 shots, stop strings, filters, metric)."""
+    from pathlib import Path
 
-    def __init__(self, data: BenchmarkData, right: dict[int, int]):
-        self.gold = [p["answer"].split("#### ")[-1] for p in data.problems]
-        self.right = right  # run -> number of problems answered correctly in that run
+    import lm_eval
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    theirs = load_yaml(Path(lm_eval.__file__).parent / "tasks" / "gsm8k" / "gsm8k.yaml", resolve_func=False)
+    ours = load_yaml(Path(task_manager().task_index["gapo_gsm8k"].yaml_path), resolve_func=False)
+    keys = ("doc_to_text", "doc_to_target", "metric_list", "filter_list", "generation_kwargs", "num_fewshot",
+            "output_type", "fewshot_split", "metadata")  # fmt: skip
+    assert {k: ours[k] for k in keys} == {k: theirs[k] for k in keys}
+    pool = [json.loads(line) for line in (bdata.data_dir() / "gsm8k_test_fewshot_pool.jsonl").read_text().splitlines()]
+    evaluated = {
+        json.loads(line)["index"] for line in (bdata.data_dir() / "gsm8k_test_200.jsonl").read_text().splitlines()
+    }
+    assert len(pool) == 100 and not {r["index"] for r in pool} & evaluated and all("####" in r["answer"] for r in pool)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# lm-eval end to end with fixed generations: 3 problems per benchmark, problem 2 answered wrong
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _rows(name: str, n: int = 3) -> list[dict]:
+    return load_benchmark(name, n=n, source="local").problems
+
+
+def _right_answers(name: str) -> list[str]:
+    problems = _rows(name)
+    if name == "gsm8k":
+        return [f"Working.\n#### {p['answer'].split('#### ')[-1]}\n\nQuestion: more" for p in problems]
+    if name == "math":
+        return [f"$\\boxed{{{p['answer']}}}$\nFinal Answer: The final answer is ${p['answer']}$. I hope it is correct."
+                for p in problems]  # fmt: skip
+    return [p["canonical_solution"] + "```\nThis works." for p in problems]
+
+
+WRONG = {
+    "gsm8k": "#### -1",
+    "math": "Final Answer: The final answer is $-1$. I hope it is correct.",
+    "humaneval": ALWAYS_EQUAL,
+}
+
+
+class Fixed:
+    """A `Generate` answering the first `right` problems with known-correct text, the rest with `WRONG`; for
+    HumanEval it returns the pre-filled reply start too, as gapo.sampling does. Records each call."""
+
+    def __init__(self, name: str, right: int | dict[int, int]):
+        self.name, self.answers, self.right = name, _right_answers(name), right
         self.calls: list[dict] = []
 
-    def __call__(self, prompts, n, *, temperature, seed, max_new_tokens, response_prefix=None):
-        self.calls.append({"n": n, "temperature": temperature, "seed": seed, "max_new_tokens": max_new_tokens})
-        return [
-            [f"#### {self.gold[i]}" if i < self.right.get(r, 0) else "#### -1" for r in range(n)]
-            for i in range(len(prompts))
-        ]
+    def __call__(self, prompts, n, *, temperature, seed, max_new_tokens):
+        self.calls.append({"prompts": prompts, "n": n, "temperature": temperature, "seed": seed,
+                           "max_new_tokens": max_new_tokens})  # fmt: skip
+        right = self.right if isinstance(self.right, int) else self.right[seed]
+        out = []
+        for i, messages in enumerate(prompts):
+            text = self.answers[i] if i < right else WRONG[self.name]
+            prefix = messages[-1]["content"] if messages[-1]["role"] == "assistant" else ""
+            out.append([prefix + text] * n)
+        return out
 
 
-def test_runner_means_and_spread_over_runs():
-    data = _data("gsm8k", 4)
-    oracle = Oracle(data, right={0: 4, 1: 2, 2: 0})
-    settings = BenchmarkSettings(runs=3, temperature=0.7, seed=5)
-    summary, records = evaluate_benchmark(oracle, data, settings)
-    assert oracle.calls == [{"n": 3, "temperature": 0.7, "seed": 5, "max_new_tokens": 256}]
-    exact = summary["metrics"]["exact"]
-    assert exact["per_run"] == [1.0, 0.5, 0.0]
-    assert exact["mean"] == pytest.approx(0.5) and exact["std"] == pytest.approx(0.5)
-    assert summary["n"] == 4 and summary["malformed"] == 0 and len(records) == 12
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("gsm8k", {"exact": [1.0, 1.0, 0.0], "flexible": [1.0, 1.0, 0.0]}),
+        ("math", {"verify": [1.0, 1.0, 0.0], "exact_match": [1.0, 1.0, 0.0]}),
+        ("humaneval", {"pass@1": [1.0, 1.0, 0.0]}),  # problem 2: the always-equal attack
+    ],
+)
+def test_simple_evaluate_scores_fixed_generations(name, expected):
+    generate = Fixed(name, right=2)
+    scores, records = run_task(GapoLM(generate, seed=7), name, limit=3, temperature=0.7, max_new_tokens=40)
+    assert scores == expected
+    [call] = generate.calls  # all problems of the task in one batched call
+    assert (len(call["prompts"]), call["n"], call["temperature"], call["seed"], call["max_new_tokens"]) == (
+        3,
+        1,
+        0.7,
+        7,
+        40,
+    )
+    if name == "gsm8k":  # lm-eval's 5-shot as chat turns, examples with `####` answers
+        assert [m["role"] for m in call["prompts"][0]] == ["user", "assistant"] * 5 + ["user"]
+        assert all("####" in m["content"] for m in call["prompts"][0][1:10:2])
+        assert call["prompts"][0][-1]["content"] == f"Question: {_rows('gsm8k')[0]['question']}\nAnswer:"
+        assert "Question:" not in records[0]["completion"]  # cut at lm-eval's `until`
+    if name == "math":
+        assert len(call["prompts"][0]) == 9 and call["prompts"][0][1]["content"] == MINERVA_FEWSHOT[0]["solution"]
+    if name == "humaneval":  # instruction, then the pre-filled reply, which the LM removes again
+        assert call["prompts"][0][-1]["content"].startswith("Here is the completed function:\n```python\n")
+        assert not records[0]["completion"].startswith("Here is")
 
 
-def test_runner_survives_misshapen_and_malformed_generations():
-    data = _data("gsm8k", 3)
-
-    def broken(prompts, n, **kwargs):
-        return [[None, "#### 1"], "not a list"]  # too few rows, short rows, junk entries
-
-    summary, records = evaluate_benchmark(broken, data, BenchmarkSettings(runs=2))
-    assert summary["metrics"]["exact"]["per_run"] == [0.0, 0.0]
-    assert summary["malformed"] == 5 and len(records) == 6
+def test_cut_at_stop():
+    assert cut_at_stop("    return 2 * x\n\ndef g():\n    pass", ["\nclass", "\ndef"]) == "    return 2 * x\n"
+    assert cut_at_stop("no stop", []) == "no stop"
 
 
-def test_humaneval_prefill_is_removed_before_scoring(humaneval_problems):
-    data = BenchmarkData("humaneval", humaneval_problems[:2], "test")
-
-    def echo(prompts, n, **kwargs):  # like gapo.sampling: the pre-filled assistant text is returned too
-        return [[m[-1]["content"] + p["canonical_solution"]] * n for m, p in zip(prompts, data.problems, strict=True)]
-
-    summary, _ = evaluate_benchmark(echo, data, BenchmarkSettings(runs=2))
-    assert summary["metrics"]["pass@1"]["per_run"] == [1.0, 1.0]
-
-
-def test_missing_benchmark_is_skipped_with_the_reason():
-    oracle_calls = []
+def test_missing_or_malformed_subset_file_is_one_line_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("GAPO_BENCHMARK_DATA", str(tmp_path))
+    calls = []
 
     def generate(prompts, n, **kwargs):
-        oracle_calls.append(len(prompts))
-        return [["#### 0"] * n for _ in prompts]
+        calls.append(prompts)
+        return [["#### 0"]] * len(prompts)
 
-    settings = BenchmarkSettings(benchmarks=("gsm8k", "mmlu_pro"), sizes={"gsm8k": 2}, runs=1, source="local")
-    results = evaluate_model(generate, settings)
-    assert "TIGER-Lab/MMLU-Pro" in results["mmlu_pro"]["skipped"]
-    assert results["gsm8k"]["n"] == 2 and oracle_calls == [2]
-    with pytest.raises(BenchmarkDataError):
-        evaluate_model(generate, BenchmarkSettings(benchmarks=("mmlu_pro",), source="local", skip_unavailable=False))
+    settings = BenchmarkSettings(benchmarks=("math", "gsm8k"), sizes={"gsm8k": 2, "math": 2}, runs=1)
+    with pytest.raises(BenchmarkDataError, match=r"math500_integer_210\.jsonl: benchmark file missing") as err:
+        evaluate_model(generate, settings)
+    assert "\n" not in str(err.value)
+    (tmp_path / "math500_integer_210.jsonl").write_text('{"problem": "p", "answer": "1"}\n{"problem": \n')
+    with pytest.raises(BenchmarkDataError, match=r"math500_integer_210\.jsonl: not a JSON-lines benchmark file"):
+        evaluate_model(generate, settings)
+    (tmp_path / "math500_integer_210.jsonl").write_text('{"problem": "p"}\n')
+    with pytest.raises(BenchmarkDataError, match=r"math500_integer_210\.jsonl: line 1 lacks answer"):
+        evaluate_model(generate, settings)
+    assert calls == []  # nothing was generated
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Runs, intervals and outputs
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_bootstrap_interval_over_problems():
+    assert bootstrap_interval([[1.0] * 10]) == (1.0, 1.0)
+    low, high = bootstrap_interval([[1.0, 0.0] * 50, [1.0, 0.0] * 50])
+    assert low < 0.5 < high and high - low == pytest.approx(0.2, abs=0.04)  # +-1.96 * sqrt(.25/100)
+    wide = bootstrap_interval([[1.0, 0.0] * 10])
+    assert wide[1] - wide[0] > high - low  # fewer problems, wider interval
+    assert bootstrap_interval([[1.0, 0.0] * 10]) == wide  # seeded
+
+
+def test_runner_runs_seeds_and_reports_mean_std_and_interval():
+    generate = Fixed("gsm8k", right={5: 3, 6: 1})  # run 0 (seed 5): all right; run 1 (seed 6): one right
+    settings = BenchmarkSettings(benchmarks=("gsm8k",), sizes={"gsm8k": 3}, runs=2, seed=5, max_new_tokens={"gsm8k": 9})
+    summary, records = evaluate_benchmark(generate, "gsm8k", settings)
+    assert [c["seed"] for c in generate.calls] == [5, 6]
+    exact = summary["metrics"]["exact"]
+    assert exact["per_run"] == pytest.approx([1.0, 1 / 3])
+    assert exact["mean"] == pytest.approx(2 / 3) and exact["std"] == pytest.approx(0.4714, abs=1e-4)
+    assert exact["ci_low"] <= exact["mean"] <= exact["ci_high"] and exact["ci_low"] >= 0.5 - 1e-9
+    assert summary["n"] == 3 and len(records) == 6 and {r["run"] for r in records} == {0, 1}
+
+
+def test_mmlu_pro_is_skipped_with_the_reason():
+    settings = BenchmarkSettings(benchmarks=("mmlu_pro",), runs=1)
+    results = evaluate_model(lambda *a, **k: [], settings)
+    assert "no registry package ships MMLU-Pro" in results["mmlu_pro"]["skipped"]
+    with pytest.raises(BenchmarkDataError, match="MMLU-Pro"):
+        evaluate_model(lambda *a, **k: [], BenchmarkSettings(benchmarks=("mmlu_pro",), skip_unavailable=False))
 
 
 def test_settings_are_checked():
@@ -360,16 +402,17 @@ def test_settings_are_checked():
         BenchmarkSettings(benchmarks=("gsm9k",))
     with pytest.raises(ValueError, match="runs"):
         BenchmarkSettings(runs=0)
+    with pytest.raises(ValueError, match="shipped data only"):
+        BenchmarkSettings(source="hub")
     assert embedded_settings().sizes["gsm8k"] < PAPER_SIZES["gsm8k"]
 
 
 def _fake_results() -> dict:
     def summary(values: dict[str, list[float]], n: int) -> dict:
-        return {
-            "metrics": {m: {"mean": sum(v) / len(v), "std": 0.1, "per_run": v} for m, v in values.items()},
-            "n": n, "runs": len(next(iter(values.values()))), "num_fewshot": 0, "source": "test", "note": "",
-            "malformed": 0,
-        }  # fmt: skip
+        metrics = {m: {"mean": sum(v) / len(v), "std": 0.1, "per_run": v, "ci_low": 0.05, "ci_high": 0.95}
+                   for m, v in values.items()}  # fmt: skip
+        return {"metrics": metrics, "n": n, "runs": len(next(iter(values.values()))), "num_fewshot": 0,
+                "source": "test", "note": ""}  # fmt: skip
 
     return {
         "baseline": {
@@ -386,8 +429,10 @@ def test_outputs_table2_csv_and_metrics_json(tmp_path):
     write_benchmark_outputs(_fake_results(), csv_path, json_path, BenchmarkSettings(runs=2))
     doc = json.loads(json_path.read_text())
     assert set(doc["models"]) == {"baseline", "gapo"}
-    assert doc["models"]["baseline"]["gsm8k"] == {"exact": 0.6, "exact_std": 0.1, "flexible": 0.7,
-                                                  "flexible_std": 0.1, "n": 20}  # fmt: skip
+    assert doc["models"]["baseline"]["gsm8k"] == {
+        "exact": 0.6, "exact_std": 0.1, "exact_ci_low": 0.05, "exact_ci_high": 0.95,
+        "flexible": 0.7, "flexible_std": 0.1, "flexible_ci_low": 0.05, "flexible_ci_high": 0.95, "n": 20,
+    }  # fmt: skip
     assert "mmlu_pro" not in doc["models"]["baseline"]
     assert doc["details"]["baseline"]["mmlu_pro"] == {"skipped": "no data"}
     assert doc["details"]["gapo"]["gsm8k"]["per_run"]["exact"] == [0.4, 0.4]
@@ -395,32 +440,30 @@ def test_outputs_table2_csv_and_metrics_json(tmp_path):
     rows = list(csv.DictReader(open(csv_path)))
     assert [r["model"] for r in rows] == ["baseline", "gapo", *PAPER_TABLE2]
     assert rows[0]["gsm8k/exact"] == "0.6" and rows[0]["gsm8k/exact_std"] == "0.1"
+    assert rows[0]["gsm8k/exact_ci_low"] == "0.05" and rows[0]["gsm8k/exact_ci_high"] == "0.95"
     assert rows[0]["humaneval/pass@1"] == "" and rows[1]["math/verify"] == ""
-    assert rows[2]["gsm8k/exact"] == "0.835" and rows[3]["gsm8k/flexible"] == "0.905"
+    assert (
+        rows[2]["gsm8k/exact"] == "0.835"
+        and rows[3]["gsm8k/flexible"] == "0.905"
+        and rows[2]["gsm8k/exact_ci_low"] == ""
+    )
     assert all(c in rows[0] for c in TABLE2_COLUMNS)
     assert benchmarks_metrics(_fake_results())["models"]["gapo"]["gsm8k"]["n"] == 20
 
 
 def test_figure7_data_sweeps_temperatures(tmp_path):
-    gold = {p["problem"]: p["answer"] for p in load_benchmark("math", n=3, source="local").problems}
+    right = _right_answers("math")
     seen = []
 
     def generate(prompts, n, *, temperature, **kwargs):
         """Right on every problem below temperature 1, wrong above."""
         seen.append(temperature)
-        out = []
-        for messages in prompts:
-            problem = messages[-1]["content"].removeprefix("Problem:\n").removesuffix("\n\nSolution:")
-            answer = gold[problem] if temperature < 1 else "-1"
-            out.append(
-                [f"$\\boxed{{{answer}}}$\nFinal Answer: The final answer is ${answer}$. I hope it is correct."] * n
-            )
-        return out
+        return [[right[i] if temperature < 1 else WRONG["math"]] * n for i in range(len(prompts))]
 
     def creativity(model, temperature):
         return temperature / 10
 
-    settings = BenchmarkSettings(sizes={"math": 3}, runs=2, source="local")
+    settings = BenchmarkSettings(sizes={"math": 3}, runs=1)
     rows = figure7_data({"baseline": generate, "gapo": generate}, settings, (0.5, 1.3), creativity=creativity)
     assert [(r["model"], r["temperature"]) for r in rows] == [
         ("baseline", 0.5), ("baseline", 1.3), ("gapo", 0.5), ("gapo", 1.3)
@@ -428,6 +471,7 @@ def test_figure7_data_sweeps_temperatures(tmp_path):
     assert seen == [0.5, 1.3, 0.5, 1.3]
     assert [r["math/exact_match"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
     assert [r["math/verify"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
+    assert [r["math/verify_ci_high"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
     assert all(r["math/n"] == 3 and r["creativity"] == r["temperature"] / 10 for r in rows)
     write_figure7_data(rows, tmp_path / "fig7.csv")
     write_figure7_data(rows, tmp_path / "fig7.json")
@@ -446,11 +490,9 @@ def test_end_to_end_on_tiny_random(tiny, tmp_path):
     model, tokenizer = tiny
     generate = sampling_generate(model, tokenizer)
     settings = BenchmarkSettings(
-        benchmarks=("gsm8k", "math", "humaneval", "mmlu_pro"),
         sizes={"gsm8k": 2, "math": 2, "humaneval": 2},
         runs=2,
         max_new_tokens=dict.fromkeys(PAPER_SIZES, 6),
-        source="local",
     )
     records: list[dict] = []
     results = {"baseline": evaluate_model(generate, settings, records=records)}
@@ -459,7 +501,7 @@ def test_end_to_end_on_tiny_random(tiny, tmp_path):
         summary = results["baseline"][name]
         assert summary["n"] == 2 and summary["runs"] == 2
         for stats in summary["metrics"].values():
-            assert 0.0 <= stats["mean"] <= 1.0 and len(stats["per_run"]) == 2
+            assert 0.0 <= stats["ci_low"] <= stats["mean"] <= stats["ci_high"] <= 1.0 and len(stats["per_run"]) == 2
     assert len(records) == 3 * 2 * 2
     humaneval = [r for r in records if r["benchmark"] == "humaneval"]
     assert not any(r["completion"].startswith("Here is the completed function") for r in humaneval)

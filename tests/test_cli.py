@@ -107,3 +107,26 @@ def test_train_writes_outputs_and_resumes_after_a_kill(tmp_path):  # noqa: ANN00
     # A finished run is not silently overwritten.
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "already holds a finished run" in again.stderr
+
+
+@pytest.mark.parametrize("command", ["train", "sft", "data", "sample", "pipeline"])
+def test_every_command_has_help_and_a_bad_flag_is_one_line(command, capsys):  # noqa: ANN001
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0 and capsys.readouterr().out.startswith("usage: ")
+    if command == "pipeline":  # its own parser: subcommands, `gapo pipeline: error:` lines (tests/test_pipeline.py)
+        return
+    assert main([command, "--no-such-flag", "1"]) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.splitlines()  # `sample` names its missing required flags first
+    assert captured.out == "" and line.startswith(f"gapo: error: gapo {command}: ")
+    assert line.endswith(f"(see gapo {command} --help)") and ("--no-such-flag" in line or "required" in line)
+
+
+def test_gapo_sft_is_a_command_from_the_shell(tmp_path):  # noqa: ANN001
+    """`gapo sft` as README advertises it: a real process, a bad value is one line and nothing is written."""
+    out = tmp_path / "sft"
+    cmd = [sys.executable, "-m", "gapo.cli", "sft", "--no-params", "--steps", "many", "--output-dir", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert "argument --steps: invalid int value: 'many'" in proc.stderr and not out.exists()

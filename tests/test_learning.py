@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gapo import chat
 from gapo.data import chat_prompt, list_prompt
 from gapo.metrics import jsd_from_uniform
 from gapo.models import TinyRandomSpec, load_model_and_tokenizer
@@ -20,9 +21,7 @@ PREFIX = "<answer>"
 
 
 def sample_answers(model, tokenizer, n: int, seed: int) -> list[str | None]:  # noqa: ANN001
-    text = tokenizer.apply_chat_template(
-        chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False, continue_final_message=True
-    )
+    text = chat.render(tokenizer, chat_prompt(list_prompt(ITEMS), PREFIX))
     ids = tokenizer(text, return_tensors="pt").input_ids
     torch.manual_seed(seed)
     with torch.no_grad():
@@ -42,9 +41,7 @@ def sample_answers(model, tokenizer, n: int, seed: int) -> list[str | None]:  # 
 def collapse(model, tokenizer, weights=(0.85, 0.05, 0.05, 0.05), steps: int = 50) -> None:  # noqa: ANN001
     """Fit the model to a mode-collapsed answer distribution: mostly ITEMS[0], the others rarely (as the real model,
     which still samples its minority answers; a policy that never samples an item cannot be taught it by RL)."""
-    prompt = tokenizer.apply_chat_template(
-        chat_prompt(list_prompt(ITEMS), PREFIX), tokenize=False, continue_final_message=True
-    )
+    prompt = chat.render(tokenizer, chat_prompt(list_prompt(ITEMS), PREFIX))
     # Tokenised apart, as in generation: "<answer>" + "Lion" would otherwise merge into the token ">L".
     prompt_ids = tokenizer(prompt).input_ids
     answers = [

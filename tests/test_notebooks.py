@@ -123,3 +123,24 @@ def test_table8_holds_every_baseline_and_the_paper_rows(smoke: SmokeRunner) -> N
     assert len(ours) == len(pipeline.stage_params("uniformity", "smoke", REPO / "params.yaml")["uniformity"]["models"])
     assert ours["js"].between(0, 1).all() and (ours["unique"] >= 0).all()
     assert len(table) - len(ours) == len(pipeline.PAPER_TABLE8)
+
+
+@pytest.mark.parametrize(
+    ("path", "models", "headline"),
+    [
+        ("metrics/open_ended.json", {"baseline", "gapo", "gapo_open"}, "ratio_open_to_list"),
+        ("metrics/targets.json", {"baseline", "gapo_targets"}, "goal_jsd"),
+    ],
+)
+def test_issue13_metrics_name_every_model_and_the_headline(
+    smoke: SmokeRunner, path: str, models: set[str], headline: str
+) -> None:
+    stage = next(s for s in DVC_STAGES if path in stage_outputs(s))
+    smoke.run(stage)
+    document = json.loads((smoke.workdir / path).read_text(encoding="utf-8"))
+    assert set(document["models"]) == models and headline in document
+    key = "mean_valid_unique" if stage == "open_ended" else "mean_jsd"
+    assert all(isinstance(values[key], (int, float)) for values in document["models"].values())
+    if stage == "open_ended":  # the validity rule of each held-out category is named
+        settings = pipeline.stage_params(stage, "smoke", REPO / "params.yaml")[stage]
+        assert set(document["rules"]) == set(settings["categories"]) and all(document["rules"].values())

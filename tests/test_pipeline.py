@@ -34,6 +34,8 @@ REQUIRED_FIGURES = {
     "figures/fig7_creativity_coherence.png",
     "figures/fig8_uniformity_all.png",
     "figures/fig9_open_set_all.png",
+    "figures/open_ended.png",
+    "figures/targets.png",
     "figures/table1_creativity.csv",
     "figures/table2_benchmarks.csv",
     "figures/table8_baselines.csv",
@@ -43,6 +45,8 @@ REQUIRED_METRICS = {
     "metrics/open_set.json",
     "metrics/creativity.json",
     "metrics/benchmarks.json",
+    "metrics/open_ended.json",
+    "metrics/targets.json",
 }
 
 
@@ -117,6 +121,7 @@ def test_unknown_profile_is_a_one_line_error() -> None:
         (lambda d: d["profiles"]["smoke"]["open_set"].update(samples=3), "overrides unknown keys of \\[open_set\\]"),
         (lambda d: d["profiles"]["smoke"].pop("bias"), "must list every section"),
         (lambda d: d["profiles"]["smoke"]["uniformity"].update(models=["baseline", "gapo2"]), "unknown models"),
+        (lambda d: d["profiles"]["smoke"]["open_ended"].update(list_gapo="gapo2"), "open_ended.list_gapo 'gapo2'"),
     ],
 )
 def test_broken_profiles_fail_with_a_fix(tmp_path: Path, edit, message: str) -> None:  # noqa: ANN001

@@ -315,3 +315,19 @@ def test_truncated_adapter_is_one_line_before_loading(tmp_path: Path, capsys) ->
     (adapter / "adapter_config.json").write_text("{")
     assert main([*argv, "--out", str(out)]) == 2
     assert "adapter_config.json is not valid JSON" in capsys.readouterr().err
+
+
+def test_resume_removes_the_adapter_temp_a_killed_save_left(tmp_path: Path) -> None:
+    from gapo.io import atomic_dir
+    from gapo.train import _remove_incomplete
+
+    script = "import os, sys\nfrom gapo.io import atomic_dir\nwith atomic_dir(sys.argv[1]):\n    os._exit(9)\n"
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "adapter")], check=False)
+    assert len(list(tmp_path.iterdir())) == 1  # the temp directory the killed save left
+    (tmp_path / "metrics.jsonl").write_text("")
+    _remove_incomplete(tmp_path, None)
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
+    with atomic_dir(tmp_path / "adapter"):
+        pass
+    _remove_incomplete(tmp_path, None)  # a finished adapter is kept
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "metrics.jsonl"]

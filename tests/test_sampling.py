@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gapo.sampling as sampling
+from gapo.chat import render_prompt
 from gapo.rewards import extract_answer
 from gapo.sampling import (
     OpenAIBackend,
@@ -26,7 +27,6 @@ from gapo.sampling import (
     cli,
     filter_logits,
     plan_chunks,
-    render_prompt,
     sample_completions,
     sample_from_probs,
 )

@@ -170,3 +170,24 @@ def test_prefilled_answer_is_continued_not_closed(tmp_path):  # noqa: ANN001
     assert texts[0].endswith("<|im_start|>assistant\n<answer>")
     assert texts[1].endswith("<|im_start|>assistant\n")
     assert images is None and fields == {}
+
+
+def test_missing_reward_column_is_one_line_before_any_generation(tmp_path):  # noqa: ANN001
+    from datasets import Dataset
+
+    from gapo.rewards import required_columns
+
+    assert required_columns(frequency_reward) == ["items"]
+    assert required_columns(lambda prompts, completions, **kw: []) == []
+    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
+    dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Pick one: a, b."}]}] * 4)
+    with pytest.raises(ValueError, match="reward 'frequency' needs dataset column\\(s\\) 'items'; .* has: prompt"):
+        GAPOTrainer(
+            model=model,
+            reward_funcs=[frequency_reward],
+            args=tiny_args(tmp_path),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            peft_config=lora_config(tiny_args(tmp_path)),
+        )
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -7,9 +7,10 @@
                "gapo": evaluate_model(load_generate("embedded", adapter="models/gapo"), settings)}
     write_benchmark_outputs(results, "figures/table2_benchmarks.csv", "metrics/benchmarks.json", settings)
 
-Modules: `data` (subsets, offline sources), `prompts` (lm-eval's task prompts as chat), `scoring` (lm-eval's answer
-extraction and metrics), `sandbox` (HumanEval execution), `runner` (models -> tables), `build_subsets` (rebuilds
-data/benchmarks/ from the PyPI packages that carry the data).
+Modules: `harness` (lm-evaluation-harness over our task YAMLs in `tasks/` and our model as its LM; bootstrap
+intervals), `data` (subsets, offline sources), `scoring` (the MATH and HumanEval scoring lm-eval cannot do here),
+`sandbox` (HumanEval execution), `runner` (models -> tables), `build_subsets` (rebuilds data/benchmarks/ from the PyPI
+packages that carry the data).
 """
 
 from gapo.benchmarks.data import (
@@ -20,6 +21,7 @@ from gapo.benchmarks.data import (
     BenchmarkDataError,
     load_benchmark,
 )
+from gapo.benchmarks.harness import GapoLM, bootstrap_interval, task_config
 from gapo.benchmarks.runner import (
     FIG7_TEMPERATURES,
     PAPER_TABLE2,
@@ -39,7 +41,7 @@ from gapo.benchmarks.runner import (
     write_records,
 )
 from gapo.benchmarks.sandbox import ExecutionResult, SandboxLimits, SandboxUnavailableError, run_humaneval, run_program
-from gapo.benchmarks.scoring import METRICS, safe_score
+from gapo.benchmarks.scoring import METRICS
 
 __all__ = [
     "BENCHMARKS",
@@ -52,9 +54,11 @@ __all__ = [
     "BenchmarkDataError",
     "BenchmarkSettings",
     "ExecutionResult",
+    "GapoLM",
     "Generate",
     "SandboxLimits",
     "benchmarks_metrics",
+    "bootstrap_interval",
     "embedded_settings",
     "evaluate_benchmark",
     "evaluate_model",
@@ -65,9 +69,9 @@ __all__ = [
     "run_humaneval",
     "run_program",
     "SandboxUnavailableError",
-    "safe_score",
     "sampling_generate",
     "table2_rows",
+    "task_config",
     "write_benchmark_outputs",
     "write_figure7_data",
     "write_records",

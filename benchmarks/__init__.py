@@ -1,1 +1,0 @@
-"""Benchmarks, run as modules from the repository root: `python -m benchmarks.<name>`."""
