@@ -185,6 +185,7 @@ def test_generate_with_shared_prompt_matches_generate(tokenizer) -> None:  # noq
     """Greedy decoding from the shared prefill gives generate's tokens and (to rounding) its scores."""
     from transformers import GenerationConfig
 
+    prefix._warned.clear()  # fallback notes are once per process: forget those of earlier tests
     model = make_policy(tokenizer)
     model.eval()
     input_ids, attention_mask, c = mixed_batch(seed=7)
@@ -224,6 +225,7 @@ def test_trainer_step_matches_stock_trl(tmp_path, monkeypatch) -> None:  # noqa:
     from gapo.models import load_tokenizer
     from gapo.trainer import GAPOConfig, GAPOTrainer
 
+    prefix._warned.clear()  # fallback notes are once per process: forget those of earlier tests
     tokenizer = load_tokenizer("tiny-random")
     dataset = make_list_selection_dataset(1, seed=0)
     common = dict(
