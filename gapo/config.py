@@ -82,13 +82,26 @@ def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentPar
     return parser
 
 
+def profile_section(path: str | Path, section: str) -> dict[str, Any]:
+    """params.yaml's `section` as the file's active `profile:` resolves it (gapo.pipeline), so that `gapo train` in
+    a profile's workspace trains what that profile's pipeline stage trains; a plain section when the file has no
+    `profiles:` mapping or the profiles do not cover the section."""
+    data = load_params(path)
+    if not isinstance(data.get("profiles"), dict) or section not in data:
+        return load_params(path, section)
+    from gapo.pipeline import resolve
+
+    return dict(resolve(None, path)[section])
+
+
 def config_from_cli(cls: type[T], argv: list[str] | None, prog: str, section: str, description: str) -> T:
-    """Defaults of `cls`, overridden by params.yaml[section], overridden by flags given on the command line."""
+    """Defaults of `cls`, overridden by params.yaml[section] (as its active profile resolves it), overridden by flags
+    given on the command line."""
     parser = build_parser(cls, prog, description)
     ns = parser.parse_args(argv)
     values: dict[str, Any] = {}
     if not ns.no_params and Path(ns.params).is_file():
-        values.update(load_params(ns.params, ns.section or section))
+        values.update(profile_section(ns.params, ns.section or section))
     elif not ns.no_params and ns.params != "params.yaml":
         raise FileNotFoundError(f"params file not found: {ns.params}")
     names = {f.name for f in dataclasses.fields(cls)}

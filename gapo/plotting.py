@@ -348,16 +348,22 @@ def tsne_figure(
 
 def coherence_figure(rows: pd.DataFrame, labels: Mapping[str, str] | None = None, accuracy: str = "math/verify") -> Any:
     """Figure 7: MATH accuracy (coherence) against creativity (mean pairwise embedding distance) per model, one point
-    per sampling temperature. ``rows``: model, temperature, creativity, `accuracy` and ``<accuracy>_std``."""
+    per sampling temperature. ``rows``: model, temperature, creativity, `accuracy` and its 95% bootstrap interval
+    ``<accuracy>_ci_low`` / ``_ci_high`` (drawn as error bars; ``<accuracy>_std`` is the fallback for older data)."""
     models = list(dict.fromkeys(rows["model"]))
     labels = _labels(models, labels)
     colors = model_colors(models)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for model in models:
         sub = rows[rows["model"] == model].sort_values("temperature")
-        std = sub.get(f"{accuracy}_std")
+        if f"{accuracy}_ci_low" in sub and f"{accuracy}_ci_high" in sub:
+            low = (sub[accuracy] - sub[f"{accuracy}_ci_low"]).clip(lower=0)
+            high = (sub[f"{accuracy}_ci_high"] - sub[accuracy]).clip(lower=0)
+            yerr: Any = [low.to_numpy(), high.to_numpy()]
+        else:
+            yerr = sub.get(f"{accuracy}_std")
         ax.errorbar(
-            sub["creativity"], sub[accuracy], yerr=std, color=colors[model], marker="o", capsize=2, label=labels[model]
+            sub["creativity"], sub[accuracy], yerr=yerr, color=colors[model], marker="o", capsize=2, label=labels[model]
         )
         for _, r in sub.iterrows():
             ax.annotate(
@@ -369,7 +375,7 @@ def coherence_figure(rows: pd.DataFrame, labels: Mapping[str, str] | None = None
                 color=colors[model],
             )
     ax.set_xlabel("creativity: mean pairwise embedding distance")
-    ax.set_ylabel(f"coherence: MATH accuracy ({accuracy.split('/')[-1]})")
+    ax.set_ylabel(f"coherence: MATH accuracy ({accuracy.split('/')[-1]}), 95% interval")
     ax.legend()
     fig.tight_layout()
     return fig

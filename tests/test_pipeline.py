@@ -337,3 +337,18 @@ def test_workspace_sync_copies_only_what_changed_and_drops_stale_files(tmp_path:
     (dst / "pkg" / "old.py").write_text("removed upstream")
     pipeline._sync(src / "pkg", dst / "pkg")
     assert (dst / "pkg" / "a.py").stat().st_mtime_ns == mtime and not (dst / "pkg" / "old.py").exists()
+
+
+def test_gapo_train_reads_the_active_profile(tmp_path):  # noqa: ANN001
+    """`gapo train` in a profile's workspace trains what that profile's stage trains, not the embedded defaults."""
+    from gapo.config import config_from_cli
+    from gapo.train import TrainConfig
+
+    text = PARAMS.read_text(encoding="utf-8")
+    for profile, model, steps in [("embedded", "embedded", 120), ("smoke", "tiny-random", 2)]:
+        params = tmp_path / f"{profile}.yaml"
+        params.write_text(re.sub(r"(?m)^profile:.*$", f"profile: {profile}", text, count=1), encoding="utf-8")
+        cfg = config_from_cli(TrainConfig, ["--params", str(params)], "gapo train", "train", "")
+        expected = pipeline.stage_params("train_gapo", profile, params)["train"]
+        assert (cfg.model, cfg.max_steps) == (expected["model"], expected["max_steps"])
+        assert cfg.model == model and (profile != "smoke" or cfg.max_steps == steps)
