@@ -23,8 +23,6 @@ from typing import Any
 
 import torch
 
-from gapo.io import atomic_dir
-
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "unsloth", "peft")
@@ -100,26 +98,6 @@ def lora_config(args: Any) -> Any:
     )
 
 
-def model_dir(name: str) -> str:
-    """A directory `from_pretrained` can read for any model name, `tiny-random` included.
-
-    Unsloth's loader takes a path, and `tiny-random` is built in memory from a config, so it is written once to the
-    gapo cache (atomically: a partial directory is never taken for a model).
-    """
-    from gapo import models
-
-    if name != models.TINY_RANDOM:
-        return models.resolve_model_path(name)
-    target = models.cache_dir() / "tiny-random" / "model"
-    if (target / "config.json").is_file() and (target / "model.safetensors").is_file():
-        return str(target)
-    model, tokenizer = models.load_model_and_tokenizer(name, device="cpu")
-    with atomic_dir(target, overwrite=False) as tmp:  # concurrent ranks may all build it; the first one wins
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    return str(target)
-
-
 def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple[Any, Any, Any]:
     """Load `(model, tokenizer, peft_config)` for training on `args.backend`; pass all three to GAPOTrainer.
 
@@ -136,7 +114,7 @@ def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple
         from unsloth import FastLanguageModel
 
         model, tokenizer = FastLanguageModel.from_pretrained(
-            model_name=model_dir(model_name),
+            model_name=models.model_dir(model_name),
             max_seq_length=max_seq_length,
             load_in_4bit=False,
             dtype=torch.bfloat16 if args.bf16 else None,

@@ -438,6 +438,23 @@ def check_adapter(adapter: str) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def model_dir(name: str) -> str:
+    """A directory `from_pretrained` can read for any model name, `tiny-random` included.
+
+    Loaders that take only a path (Unsloth's, vLLM's) cannot take `tiny-random`, which is built in memory from a
+    config; it is written once to the gapo cache, verified and versioned like the embedded caches (`cached_build`).
+    """
+    if name != TINY_RANDOM:
+        return resolve_model_path(name)
+
+    def build(path: str) -> None:
+        model, tokenizer = load_model_and_tokenizer(name, device="cpu")
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+
+    return str(cached_build(cache_dir() / "tiny-random" / "model", build, "tiny-random model", EMBEDDED_RECIPE))
+
+
 def resolve_model_path(name: str) -> str:
     """Map `embedded` to its converted directory; other names are passed through (hub id or local directory).
 

@@ -263,17 +263,24 @@ def completion_text(prompt: Any, completion: Any) -> str:
     return text
 
 
-def validate_group_rewards(name: str, rewards: Any, group_size: int) -> list[float]:
-    """Check a group reward's output: one finite float per completion, or a one-line error naming the function."""
+def validate_group_rewards(
+    name: str, rewards: Any, group_size: int, kind: str = "group reward", unit: str = "rewards"
+) -> list[float]:
+    """Check what a function returned for one group: one finite float per completion, or a one-line error naming
+    the function (`kind` says what it is: a group reward, or the quality reward inside `QualityDiversityReward`)."""
     try:
         values = [float(r) for r in rewards]
     except (TypeError, ValueError) as err:
-        raise ValueError(f"group reward {name!r} must return a list of floats, got {type(rewards).__name__}") from err
+        got = type(rewards).__name__
+        raise ValueError(f"{kind} {name!r} must return a list of G floats (no None), got {got}") from err
     if len(values) != group_size:
-        raise ValueError(f"group reward {name!r} returned {len(values)} rewards for a group of {group_size}")
+        raise ValueError(
+            f"{kind} {name!r} returned {len(values)} {unit} for a group of {group_size}; "
+            "it must return one per completion"
+        )
     bad = [v for v in values if not math.isfinite(v)]
     if bad:
-        raise ValueError(f"group reward {name!r} returned a non-finite reward ({bad[0]}) in a group of {group_size}")
+        raise ValueError(f"{kind} {name!r} returned a non-finite value ({bad[0]}) in a group of {group_size}")
     return values
 
 
@@ -437,21 +444,5 @@ class QualityDiversityReward(_ClassReward):
     ) -> list[float]:
         columns = {**kwargs, **({"category": category} if category is not None else {})}
         quality = self.quality(prompts=prompts, completions=completions, **columns)
-        values = _check_quality(self.quality_name, quality, len(completions))
+        values = validate_group_rewards(self.quality_name, quality, len(completions), "quality reward", "values")
         return quality_diversity_rewards(values, self.labels(prompts, completions, category), self.mode, self.weight)
-
-
-def _check_quality(name: str, quality: Any, group_size: int) -> list[float]:
-    """The quality reward's output as G finite floats, or a one-line error naming it."""
-    try:
-        values = [float(q) for q in quality]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"quality reward {name!r} must return a list of G floats (no None)") from err
-    if len(values) != group_size:
-        raise ValueError(
-            f"quality reward {name!r} returned {len(values)} values for a group of {group_size}; "
-            "it must return one per completion"
-        )
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"quality reward {name!r} returned a non-finite value; it must return finite floats")
-    return values

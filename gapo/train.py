@@ -129,7 +129,9 @@ def config_problem(cfg: TrainConfig) -> str | None:
         return f"lora_dropout must be in [0, 1), got {cfg.lora_dropout}"
     if not cfg.beta >= 0:
         return f"beta (the KL coefficient) must be >= 0, got {cfg.beta}"
-    if cfg.backend not in ("auto", "unsloth", "peft"):
+    from gapo.backends import BACKENDS
+
+    if cfg.backend not in BACKENDS:
         return f"backend must be one of auto, unsloth, peft, got {cfg.backend!r}"
     if cfg.vllm_mode not in ("colocate", "server"):
         return f"vllm_mode must be colocate or server, got {cfg.vllm_mode!r}"

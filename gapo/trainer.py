@@ -39,6 +39,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
 from gapo import chat
+from gapo.backends import BACKENDS
 from gapo.rewards import (
     completion_text,
     extract_answer,
@@ -113,7 +114,7 @@ class GAPOConfig(GRPOConfig):
             self.gradient_checkpointing = cuda
         if not cuda:
             self.use_cpu = True  # lets `torchrun --nproc_per_node 2` train with gloo on CPU
-        if self.backend not in ("auto", "unsloth", "peft"):
+        if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of auto, unsloth, peft, got {self.backend!r}")
         if self.shared_prompt_forward is None:
             self.shared_prompt_forward = not cuda

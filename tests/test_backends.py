@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gapo import backends
+from gapo import backends, models
 from gapo.io import temp_glob
 from gapo.trainer import GAPOConfig
 
@@ -101,14 +101,14 @@ def test_static_cache_generation_trains_on_cpu(tmp_path):  # noqa: ANN001
 
 
 def test_model_dir_materialises_tiny_random_once():
-    path = Path(backends.model_dir("tiny-random"))
+    path = Path(models.model_dir("tiny-random"))
     assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     assert tokenizer.pad_token != tokenizer.eos_token  # what Unsloth requires of a tokenizer
     assert AutoModelForCausalLM.from_pretrained(path).config.model_type == "qwen2"
-    assert backends.model_dir("tiny-random") == str(path)
+    assert models.model_dir("tiny-random") == str(path)
     assert not list(path.parent.glob(temp_glob(path)))
 
 
