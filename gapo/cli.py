@@ -11,9 +11,9 @@ import sys
 
 #: subcommand -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("gapo.train", "train a LoRA adapter with GAPO on synthetic list prompts"),
-    "sample": ("gapo.sampling", "sample N completions of one prompt to JSONL"),
-    "data": ("gapo.datagen", "write the synthetic list-selection dataset to JSONL"),
+    "train": ("gapo.run", "train a LoRA adapter with GAPO on synthetic list prompts"),
+    "sample": ("gapo.sampling.cli", "sample N completions of one prompt to JSONL"),
+    "data": ("gapo.stages.generate", "write the synthetic list-selection dataset to JSONL"),
     "sft": ("gapo.sft", "train the SFT baseline adapter (Appendix G) on the same list prompts"),
     "pipeline": ("gapo.pipeline", "pipeline profiles: check, use, show"),
 }

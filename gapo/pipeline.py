@@ -416,7 +416,7 @@ def load_sampler(spec: Mapping[str, Any], sampling: Mapping[str, Any], **default
 
 
 def prepare_run_dir(run_dir: str | Path, config: Mapping[str, Any]) -> bool:
-    """Make `run_dir` ready for `gapo.train.train`; returns whether to resume.
+    """Make `run_dir` ready for `gapo.run.train`; returns whether to resume.
 
     An unfinished run (checkpoints, no adapter) with the same config is resumed: an interrupted `dvc repro` loses
     at most one save interval. Anything else there (a finished run, another config) is removed: DVC reruns a stage
@@ -425,7 +425,7 @@ def prepare_run_dir(run_dir: str | Path, config: Mapping[str, Any]) -> bool:
     run_dir = Path(run_dir)
     if not run_dir.exists():
         return False
-    from gapo.train import last_checkpoint
+    from gapo.run import last_checkpoint
 
     saved = run_dir / "config.json"
     try:

@@ -1,4 +1,4 @@
-"""Plot styling and the paper's figures, drawn from the tidy tables of `gapo.experiments` (notebooks stay thin).
+"""Plot styling and the paper's figures, drawn from the tidy tables of `gapo.eval.experiments` (notebooks stay thin).
 
 Every function takes tables (pandas DataFrames with the columns named in its docstring) and returns a matplotlib
 Figure; `save` writes it. Producing numbers and drawing them stay separate: a figure can be redrawn from the CSV
@@ -182,7 +182,7 @@ def loss_figure(losses: pd.DataFrame) -> Any:
 
 def bias_figure(items: pd.DataFrame, positions: pd.DataFrame, item_order: Sequence[str]) -> Any:
     """Figure 2: (a) item shares for each instruction variant on the fixed list, (b) item shares and (c) position
-    shares when the list is shuffled for every prompt. Tables of `gapo.experiments.bias_case_study`:
+    shares when the list is shuffled for every prompt. Tables of `gapo.eval.experiments.bias_case_study`:
     ``items`` (part, variant, item, share) and ``positions`` (part, variant, position, share; 0 = invalid)."""
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6), gridspec_kw={"width_ratios": [1.4, 1, 1]})
     order = [*item_order, NV_LABEL]

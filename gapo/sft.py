@@ -183,11 +183,11 @@ def train_sft(
 
     `model`/`tokenizer` default to `load_model_and_tokenizer(config.model)`; a model that is already a PeftModel is
     trained as is. `dataset` (rows with ``prompt`` and ``items``) defaults to
-    `gapo.data.make_list_selection_dataset(config.num_prompts, config.seed, config.min_items, config.max_items)`.
+    `gapo.tasks.lists.make_list_selection_dataset(config.num_prompts, config.seed, config.min_items, config.max_items)`.
     """
     from peft import PeftModel
 
-    from gapo.data import make_list_selection_dataset
+    from gapo.tasks.lists import make_list_selection_dataset
 
     if model is None or tokenizer is None:
         from gapo.models import load_model_and_tokenizer

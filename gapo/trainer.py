@@ -177,7 +177,7 @@ def group_diversity_stats(
     `target` distribution, when the dataset carries one). Answers match items as the rewards match them
     (`gapo.equivalence.match_item`), so the metric and the reward never disagree about what is valid."""
     from gapo.equivalence import match_item
-    from gapo.metrics import jsd_from_uniform, jsd_to_target
+    from gapo.eval.metrics import jsd_from_uniform, jsd_to_target
 
     answers = [
         match_item(extract_answer(completion_text(p, c)), items[i])
@@ -226,7 +226,8 @@ class GAPOTrainer(GRPOTrainer):
         train_dataset = kwargs.get("train_dataset")
         check_reward_columns(kwargs.get("reward_funcs"), train_dataset)
         if train_dataset is not None and "items" in getattr(train_dataset, "column_names", []):
-            from gapo.data import validate_items_column, validate_target_column
+            from gapo.tasks.lists import validate_items_column
+            from gapo.tasks.targets import validate_target_column
 
             validate_items_column(train_dataset)
             if "target" in train_dataset.column_names:

@@ -11,8 +11,8 @@ import argparse
 import json
 from collections import Counter
 
-from gapo.eval_prompts import UNIFORMITY_LISTS, list_prompt, user_message
-from gapo.metrics import jsd_from_uniform
+from gapo.eval.metrics import jsd_from_uniform
+from gapo.eval.prompts import UNIFORMITY_LISTS, list_prompt, user_message
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import extract_answer
 from gapo.sampling import sample_completions

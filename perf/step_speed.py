@@ -1,7 +1,7 @@
 """Step speed: GAPOTrainer (shared-prompt forward) against TRL's stock GRPOTrainer, same everything, one process.
 
 How it measures
-- Two trainers are built on two fresh copies of the same model, with the same LoRA config, data (gapo.data list
+- Two trainers are built on two fresh copies of the same model, with the same LoRA config, data (gapo.tasks.lists list
   prompts), reward (gapo.rewards.frequency_reward; one group per step, so TRL's per-batch call sees exactly one group),
   seed and GRPO settings. GAPOTrainer differs only by `shared_prompt_forward=True` (each group's prompt encoded once,
   in the log-prob pass and in generation's prefill).
@@ -348,8 +348,8 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
     from trl import GRPOConfig, GRPOTrainer
 
     from gapo.backends import lora_config
-    from gapo.data import make_list_selection_dataset
     from gapo.rewards import frequency_reward
+    from gapo.tasks.lists import make_list_selection_dataset
     from gapo.trainer import GAPOConfig, GAPOTrainer
 
     dataset = make_list_selection_dataset(max_steps, seed=args.seed)
@@ -550,7 +550,7 @@ def sweep(args: Args) -> tuple[list[dict[str, Any]], float]:
     from trl import GRPOTrainer
 
     from gapo import prefix
-    from gapo.data import make_list_selection_dataset
+    from gapo.tasks.lists import make_list_selection_dataset
 
     model, tokenizer = load_model(args)
     lora = LoraConfig(

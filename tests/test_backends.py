@@ -66,9 +66,9 @@ def test_static_cache_generation_sets_trl_generation_settings(tmp_path):  # noqa
 
 def test_static_cache_generation_trains_on_cpu(tmp_path):  # noqa: ANN001
     """The GPU generation path (static cache; compiled only on accelerators) runs a real step on tiny-random."""
-    from gapo.data import make_list_selection_dataset
     from gapo.models import load_model_and_tokenizer
     from gapo.rewards import frequency_reward
+    from gapo.tasks.lists import make_list_selection_dataset
     from gapo.trainer import GAPOTrainer
 
     args = GAPOConfig(

@@ -13,15 +13,15 @@ import sys
 
 import pytest
 
-from gapo.benchmarks import data as bdata
-from gapo.benchmarks.data import (
+from gapo.eval.benchmarks import data as bdata
+from gapo.eval.benchmarks.data import (
     PAPER_SIZES,
     BenchmarkDataError,
     draw_random,
     draw_stratified,
     load_benchmark,
 )
-from gapo.benchmarks.harness import (
+from gapo.eval.benchmarks.harness import (
     TASK_NAMES,
     GapoLM,
     bootstrap_interval,
@@ -30,7 +30,7 @@ from gapo.benchmarks.harness import (
     task_config,
     task_manager,
 )
-from gapo.benchmarks.runner import (
+from gapo.eval.benchmarks.runner import (
     PAPER_TABLE2,
     TABLE2_COLUMNS,
     BenchmarkSettings,
@@ -42,7 +42,7 @@ from gapo.benchmarks.runner import (
     write_benchmark_outputs,
     write_figure7_data,
 )
-from gapo.benchmarks.scoring import (
+from gapo.eval.benchmarks.scoring import (
     MINERVA_FEWSHOT,
     humaneval_program,
     is_equiv,
@@ -485,7 +485,7 @@ def test_figure7_data_sweeps_temperatures(tmp_path):
 
 
 def test_end_to_end_on_tiny_random(tiny, tmp_path):
-    from gapo.benchmarks.runner import sampling_generate
+    from gapo.eval.benchmarks.runner import sampling_generate
 
     model, tokenizer = tiny
     generate = sampling_generate(model, tokenizer)
@@ -510,8 +510,8 @@ def test_end_to_end_on_tiny_random(tiny, tmp_path):
 
 
 def test_default_creativity_uses_gapo_experiments_at_each_temperature(monkeypatch, tiny):
-    import gapo.experiments
-    from gapo.benchmarks.runner import experiments_creativity, sampling_generate
+    import gapo.eval.experiments
+    from gapo.eval.benchmarks.runner import experiments_creativity, sampling_generate
 
     calls = []
 
@@ -522,7 +522,7 @@ def test_default_creativity_uses_gapo_experiments_at_each_temperature(monkeypatc
         calls.append((sampler.params.temperature, kwargs))
         return Result()
 
-    monkeypatch.setattr(gapo.experiments, "creativity", fake_creativity)
+    monkeypatch.setattr(gapo.eval.experiments, "creativity", fake_creativity)
     sampler = sampling_generate(*tiny)
     creativity = experiments_creativity({"gapo": sampler}, n=4, num_prompts=2)
     assert creativity("gapo", 1.1) == 0.25

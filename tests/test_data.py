@@ -7,7 +7,7 @@ import re
 import datasets
 import pytest
 
-from gapo.data import (
+from gapo.tasks.lists import (
     CATEGORIES,
     EVALUATION_CATEGORIES,
     FORMAT_INSTRUCTION,
@@ -66,7 +66,7 @@ def test_numbers_look_like_the_papers():
 
 
 def test_evaluation_categories_never_in_training_data():
-    from gapo.data import item_pools
+    from gapo.tasks.lists import item_pools
 
     names = {c.lower() for c in CATEGORIES}
     assert not names & {c.lower() for c in EVALUATION_CATEGORIES}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gapo import eval_prompts as ep
-from gapo.experiments import (
+from gapo.eval import prompts as ep
+from gapo.eval.experiments import (
     ExperimentResult,
     baselines,
     bias_case_study,
@@ -21,7 +21,7 @@ from gapo.experiments import (
     table8_samplers,
     uniformity,
 )
-from gapo.metrics import INVALID
+from gapo.eval.metrics import INVALID
 from gapo.sampling import Sampler, SamplingParams, TransformersBackend
 
 
@@ -225,7 +225,7 @@ def test_result_json_round_trip(tmp_path: Path):
 
 
 def test_prompt_formats_match_the_training_data():
-    from gapo.data import FORMAT_INSTRUCTION
+    from gapo.tasks.lists import FORMAT_INSTRUCTION
 
     assert ep.ANSWER_FORMAT == FORMAT_INSTRUCTION
     assert len(ep.UNIFORMITY_LISTS) == 10 and all(len(v) == 8 for v in ep.UNIFORMITY_LISTS.values())

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gapo.equivalence import EmbeddingClusters, Equivalence, Normalized
-from gapo.experiments import parse_item
-from gapo.metrics import (
+from gapo.eval.experiments import parse_item
+from gapo.eval.metrics import (
     INVALID,
     answer_distribution,
     coverage,

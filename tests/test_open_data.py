@@ -7,26 +7,27 @@ import re
 import datasets
 import pytest
 
-from gapo.data import (
-    CATEGORIES,
-    FORMAT_INSTRUCTION,
+from gapo.eval.prompts import OPEN_SET_FORMAT, UNIFORMITY_LISTS
+from gapo.rewards import ClassFrequencyReward
+from gapo.tasks.lists import CATEGORIES, FORMAT_INSTRUCTION
+from gapo.tasks.open_ended import (
     LEXICON_SOURCES,
     OPEN_HELDOUT_CATEGORIES,
     OPEN_QUESTIONS,
     OPEN_TRAIN_CATEGORIES,
     VALIDITY_UNCHECKED,
     make_open_dataset,
-    make_target_distribution_dataset,
     open_eval_prompts,
     open_prompt_rows,
     open_validity,
     open_validity_map,
+)
+from gapo.tasks.targets import (
+    make_target_distribution_dataset,
     target_distribution_rows,
     unseen_target_rows,
     validate_target_column,
 )
-from gapo.eval_prompts import OPEN_SET_FORMAT, UNIFORMITY_LISTS
-from gapo.rewards import ClassFrequencyReward
 
 # --- target distributions -------------------------------------------------------------------------------------------
 

@@ -89,9 +89,9 @@ def test_default_profile_is_embedded_and_its_sizes_are_the_top_level_sections() 
 def test_entry_point_sections_stay_readable_by_their_commands() -> None:
     """`gapo train --params params.yaml --section train`, `gapo data` and `gapo sft` read their sections as is."""
     from gapo.config import config_from_cli
-    from gapo.datagen import DataConfig
+    from gapo.run import TrainConfig
     from gapo.sft import SFTConfig
-    from gapo.train import TrainConfig
+    from gapo.stages.generate import DataConfig
 
     train = config_from_cli(TrainConfig, ["--params", str(PARAMS)], "gapo train", "train", "")
     raw = yaml.safe_load(PARAMS.read_text())["train"]
@@ -212,7 +212,7 @@ def _checkpoint(path: Path, step: int, complete: bool = True) -> None:
 
 
 def test_prepare_run_dir_resumes_only_an_unfinished_run_of_the_same_config(tmp_path: Path) -> None:
-    from gapo.train import TrainConfig
+    from gapo.run import TrainConfig
 
     config = dataclasses.asdict(TrainConfig(model="tiny-random", max_steps=4))
     run = tmp_path / "run"
@@ -342,7 +342,7 @@ def test_workspace_sync_copies_only_what_changed_and_drops_stale_files(tmp_path:
 def test_gapo_train_reads_the_active_profile(tmp_path):  # noqa: ANN001
     """`gapo train` in a profile's workspace trains what that profile's stage trains, not the embedded defaults."""
     from gapo.config import config_from_cli
-    from gapo.train import TrainConfig
+    from gapo.run import TrainConfig
 
     text = PARAMS.read_text(encoding="utf-8")
     for profile, model, steps in [("embedded", "embedded", 120), ("smoke", "tiny-random", 2)]:

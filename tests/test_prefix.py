@@ -221,8 +221,8 @@ def test_trainer_step_matches_stock_trl(tmp_path, monkeypatch) -> None:  # noqa:
     from trl import GRPOConfig, GRPOTrainer
 
     from gapo.backends import lora_config
-    from gapo.data import make_list_selection_dataset
     from gapo.models import load_tokenizer
+    from gapo.tasks.lists import make_list_selection_dataset
     from gapo.trainer import GAPOConfig, GAPOTrainer
 
     prefix._warned.clear()  # fallback notes are once per process: forget those of earlier tests

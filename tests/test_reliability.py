@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gapo import train as train_mod
+from gapo import run as train_mod
 from gapo.cli import main
 
 TINY = [
@@ -204,7 +204,7 @@ def test_resume_takes_the_newest_complete_checkpoint_and_names_the_skipped(tmp_p
     _fake_checkpoint(tmp_path / "checkpoint-6", 6, state='{"global_step": 6, "log_hi')  # torn state
     _fake_checkpoint(tmp_path / "checkpoint-8", 8, weights=whole[:-3])  # truncated weights
     _fake_checkpoint(tmp_path / "checkpoint-10", 10, state=json.dumps({"global_step": 8}))  # another step's state
-    with caplog.at_level(logging.WARNING, logger="gapo.train"):
+    with caplog.at_level(logging.WARNING, logger="gapo.run"):
         assert train_mod.last_checkpoint(tmp_path) == good
     skipped = [r.getMessage() for r in caplog.records if "skipping incomplete checkpoint" in r.getMessage()]
     assert len(skipped) == 4 and all(str(tmp_path) in m for m in skipped)
@@ -216,7 +216,7 @@ def test_resume_takes_the_newest_complete_checkpoint_and_names_the_skipped(tmp_p
 def test_torn_last_metrics_line_is_dropped_with_a_warning_naming_the_file(tmp_path: Path, caplog) -> None:  # noqa: ANN001
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n{"step": 3, "lo')
-    with caplog.at_level(logging.WARNING, logger="gapo.train"):
+    with caplog.at_level(logging.WARNING, logger="gapo.run"):
         assert [r["step"] for r in train_mod.read_metrics(path)] == [1, 2]
     assert any(str(path) in r.getMessage() and "torn last line" in r.getMessage() for r in caplog.records)
     train_mod._trim_metrics(path, 2)
@@ -319,7 +319,7 @@ def test_truncated_adapter_is_one_line_before_loading(tmp_path: Path, capsys) ->
 
 def test_resume_removes_the_adapter_temp_a_killed_save_left(tmp_path: Path) -> None:
     from gapo.io import atomic_dir
-    from gapo.train import _remove_incomplete
+    from gapo.run import _remove_incomplete
 
     script = "import os, sys\nfrom gapo.io import atomic_dir\nwith atomic_dir(sys.argv[1]):\n    os._exit(9)\n"
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "adapter")], check=False)

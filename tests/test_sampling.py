@@ -24,12 +24,12 @@ from gapo.sampling import (
     SamplingParams,
     TransformersBackend,
     chat_completions_url,
-    cli,
     filter_logits,
     plan_chunks,
     sample_completions,
     sample_from_probs,
 )
+from gapo.sampling.cli import cli
 
 PROMPTS = [
     [
@@ -139,7 +139,7 @@ def test_extract_answer_on_prefixed_samples(tiny_model_and_tokenizer):  # noqa: 
 
 def test_greedy_with_many_samples_warns_once_and_repeats(tiny_model_and_tokenizer, monkeypatch):  # noqa: ANN001
     model, tok = tiny_model_and_tokenizer
-    monkeypatch.setattr(sampling, "_greedy_warned", False)
+    monkeypatch.setattr(sampling.params, "_greedy_warned", False)
     with pytest.warns(UserWarning, match="greedy"):
         out = sample_completions(model, tok, PROMPTS[:2], 3, temperature=0, max_new_tokens=4)
     assert all(len(set(texts)) == 1 and len(texts) == 3 for texts in out)
@@ -444,7 +444,8 @@ def test_cli_adapter_for_another_base_is_rejected(tmp_path: Path, capsys, tokeni
 def test_cli_unreachable_endpoint(tmp_path: Path, capsys, monkeypatch):  # noqa: ANN001
     import socket
 
-    monkeypatch.setattr(sampling.time, "sleep", lambda seconds: None)  # the default backoff, without the wait
+    # the default backoff, without the wait
+    monkeypatch.setattr(sampling.openai_backend.time, "sleep", lambda seconds: None)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

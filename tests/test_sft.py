@@ -62,7 +62,7 @@ def test_completion_is_answer_tag_plus_eos_and_respects_a_prefilled_prefix(token
 
 
 def test_a_few_steps_change_the_lora_weights_and_save_an_adapter(tiny_model_and_tokenizer, tmp_path: Path):  # noqa: ANN001
-    from gapo.data import make_list_selection_dataset
+    from gapo.tasks.lists import make_list_selection_dataset
 
     model, tok = tiny_model_and_tokenizer
     config = SFTConfig(

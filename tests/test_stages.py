@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 
-from gapo import pipeline, plotting, stages
-from gapo.data import LEXICON_SOURCES, VALIDITY_UNCHECKED, unseen_target_rows
-from gapo.experiments import target_jsd, valid_unique
-from gapo.metrics import jsd_to_target
-from gapo.train import TrainConfig, task_data, train
+from gapo import pipeline, plotting
+from gapo.eval.experiments import target_jsd, valid_unique
+from gapo.eval.metrics import jsd_to_target
+from gapo.run import TrainConfig, task_data, train
+from gapo.stages import extensions as stages
+from gapo.tasks.open_ended import LEXICON_SOURCES, VALIDITY_UNCHECKED
+from gapo.tasks.targets import unseen_target_rows
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"

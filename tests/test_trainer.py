@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from gapo.backends import lora_config
-from gapo.data import make_list_selection_dataset
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import frequency_reward, group_reward
+from gapo.tasks.lists import make_list_selection_dataset
 from gapo.trainer import GAPOConfig, GAPOTrainer, compute_group_rewards, split_groups
 
 

@@ -47,7 +47,7 @@ def fake_vllm(monkeypatch, tmp_path):  # noqa: ANN001, ANN201
     for name, module in [("vllm", vllm), ("vllm.lora", lora), ("vllm.lora.request", request)]:
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(sampling, "_VLLM_ENGINES", {})
+    monkeypatch.setattr(sampling.vllm_backend, "_VLLM_ENGINES", {})
     FakeLLM.started = []
     base = tmp_path / "base"
     base.mkdir()

@@ -25,7 +25,7 @@ from accelerate.utils import gather_object
 from cpu_fsdp import route_cpu_to_fsdp
 
 from gapo.backends import lora_config
-from gapo.data import make_list_selection_dataset
+from gapo.tasks.lists import make_list_selection_dataset
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import completion_text, extract_answer, frequency_reward
 from gapo.trainer import GAPOConfig, GAPOTrainer

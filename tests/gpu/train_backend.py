@@ -23,8 +23,8 @@ backends.activate(backends.resolve(backend_name))
 
 import torch  # noqa: E402
 
-from gapo.data import make_list_selection_dataset  # noqa: E402
 from gapo.rewards import group_reward  # noqa: E402
+from gapo.tasks.lists import make_list_selection_dataset  # noqa: E402
 from gapo.trainer import GAPOConfig, GAPOTrainer  # noqa: E402
 
 G = 8

@@ -25,8 +25,8 @@ from typing import Any
 import pandas as pd
 
 from gapo import pipeline
-from gapo.data import unseen_target_rows
-from gapo.experiments import ExperimentResult, target_jsd, valid_unique
+from gapo.eval.experiments import ExperimentResult, target_jsd, valid_unique
+from gapo.tasks.targets import unseen_target_rows
 
 #: The `models`-style name and label of each stage's trained model (the list-trained one is `models.<list_gapo>`).
 OPEN_GAPO = "gapo_open"
@@ -74,7 +74,7 @@ def train_config(stage: str, train: Mapping[str, Any], section: Mapping[str, Any
 
     Built (and so checked) before anything trains: a bad value stops here with one line.
     """
-    from gapo.train import TrainConfig
+    from gapo.run import TrainConfig
 
     changes = {k: section[k] for k in TRAIN_KEYS[stage] if k in section}
     return TrainConfig(**{**train, **changes, "model": model, "task": task, "output_dir": section["output_dir"]})
@@ -85,7 +85,7 @@ def train_adapter(config: Any, adapter: str | Path) -> dict[str, Any]:
 
     The task's data and reward are checked first (`task_data`), so a bad setting leaves the run dir as it was.
     """
-    from gapo.train import task_data, train
+    from gapo.run import task_data, train
 
     task_data(config)
     config.resume = pipeline.prepare_run_dir(config.output_dir, dataclasses.asdict(config))
@@ -190,7 +190,7 @@ def open_ended_metrics(
 def targets(P: Mapping[str, Any], raw_dir: str | Path | None = "outputs/raw/targets") -> StageResult:
     """Train GAPO on list prompts with a target distribution, then JSD to the target on unseen lists, against base.
 
-    `P` is `stage_params("targets", ...)`. The unseen lists are `gapo.data.unseen_target_rows` (the paper's
+    `P` is `stage_params("targets", ...)`. The unseen lists are `gapo.tasks.targets.unseen_target_rows` (the paper's
     evaluation lists, never trained on). Headline: the trained model's ``mean_jsd`` (issue 13's goal: < 0.1).
     """
     cfg, models = P["targets"], P["models"]

@@ -1,4 +1,4 @@
-"""The paper's evaluations as functions: sample with any `Sampler`, reduce with `gapo.metrics`, return tidy tables.
+"""The paper's evaluations as functions: sample with any `Sampler`, reduce with `gapo.eval.metrics`, return tidy tables.
 
 Why this shape: notebooks (one per figure) and DVC stages call these with their parameters and plot the returned
 DataFrames; producing numbers and plotting them stay separate. Every size (samples, lists, prompts) is a parameter,
@@ -36,11 +36,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gapo import eval_prompts as ep
-from gapo.data import OPEN_HELDOUT_CATEGORIES, open_eval_prompts, open_validity
 from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
-from gapo.io import atomic_open
-from gapo.metrics import (
+from gapo.eval import prompts as ep
+from gapo.eval.metrics import (
     INVALID,
     coverage,
     jsd_from_uniform,
@@ -50,8 +48,10 @@ from gapo.metrics import (
     self_bleu,
     unique_curve,
 )
+from gapo.io import atomic_open
 from gapo.rewards import extract_answer
 from gapo.sampling import Sampler
+from gapo.tasks.open_ended import OPEN_HELDOUT_CATEGORIES, open_eval_prompts, open_validity
 
 
 @dataclass
@@ -445,7 +445,7 @@ def creativity(
     Tables: ``samples``, ``per_prompt`` (embedding_distance, one_minus_self_bleu, mean_words).
     Summary: ``mean_embedding_distance``, ``mean_one_minus_self_bleu``. Needs n >= 2.
     """
-    from gapo.embeddings import DEFAULT_ENCODER, embed
+    from gapo.eval.embeddings import DEFAULT_ENCODER, embed
 
     _check_n(n)
     if n < 2:
@@ -505,7 +505,7 @@ def haiku_map(
         from openTSNE import TSNE
     except ImportError as err:
         raise ImportError("haiku_map needs openTSNE: pip install 'gapo[notebooks]'") from err
-    from gapo.embeddings import DEFAULT_ENCODER, embed
+    from gapo.eval.embeddings import DEFAULT_ENCODER, embed
 
     _check_n(n)
     if not samplers:
@@ -628,10 +628,10 @@ def valid_unique(
 ) -> ExperimentResult:
     """Valid-unique@n: distinct *valid* answer classes in `n` samples of each open category's question.
 
-    Validity is `gapo.data.open_validity` (a lexicon per category; a category without one is "validity unchecked" and
-    counts nothing), classes are those of `equivalence` (default: normalised text), so the count is the one the
-    open-ended training reward pays for. Tables: ``samples`` (answer, valid), ``curves`` (category, k, valid_unique),
-    ``per_category`` (rule, valid_unique_at_n, unique_at_n, valid_rate, answer_rate). Summary:
+    Validity is `gapo.tasks.open_ended.open_validity` (a lexicon per category; a category without one is "validity
+    unchecked" and counts nothing), classes are those of `equivalence` (default: normalised text), so the count is
+    the one the open-ended training reward pays for. Tables: ``samples`` (answer, valid), ``curves`` (category, k,
+    valid_unique), ``per_category`` (rule, valid_unique_at_n, unique_at_n, valid_rate, answer_rate). Summary:
     ``mean_valid_unique_at_n``, ``mean_unique_at_n``, ``mean_valid_rate``.
     """
     _check_n(n)
@@ -687,16 +687,17 @@ def target_jsd(
     response_prefix: str | None = None,
     out: str | Path | None = None,
 ) -> ExperimentResult:
-    """JSD between each list's answer distribution and the target its prompt states (`gapo.metrics.jsd_to_target`).
+    """JSD between each list's answer distribution and the target its prompt states (`gapo.eval.metrics.jsd_to_target`).
 
-    `rows` are target prompts (``prompt``, ``items``, ``category``, ``target``), e.g. `gapo.data.unseen_target_rows`.
+    `rows` are target prompts (``prompt``, ``items``, ``category``, ``target``), e.g.
+    `gapo.tasks.targets.unseen_target_rows`.
     Answers are matched strictly, as the training reward does (`parse_item`); an invalid answer lands in the NV bin,
     whose target is 0. Tables: ``samples``, ``per_list`` (items, target, share, jsd, invalid_rate). Summary:
     ``mean_jsd``, ``mean_invalid_rate``.
     """
     _check_n(n)
     if not rows:
-        raise ValueError("target_jsd needs at least one target row (e.g. gapo.data.unseen_target_rows)")
+        raise ValueError("target_jsd needs at least one target row (e.g. gapo.tasks.targets.unseen_target_rows)")
     completions = sampler([list(r["prompt"]) for r in rows], n, **_overrides(seed, response_prefix))
     sample_rows, per_list_rows = [], []
     for index, (row, texts) in enumerate(zip(rows, completions, strict=True)):

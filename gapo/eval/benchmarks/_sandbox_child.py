@@ -1,4 +1,4 @@
-"""Supervisor that runs one untrusted program inside the sandbox and judges it (see `gapo.benchmarks.sandbox`).
+"""Supervisor that runs one untrusted program inside the sandbox and judges it (see `gapo.eval.benchmarks.sandbox`).
 
 Started by `sandbox` as ``python -I -S _sandbox_child.py`` in a fresh, single-threaded interpreter (so the namespace
 and privilege changes below never run in a process with torch's threads). Standard library only.

@@ -57,7 +57,9 @@ class TrainConfig:
     )
     categories: list[str] | None = field(
         default=None,
-        metadata={"help": "comma-separated subset of categories (lists/targets: data.CATEGORIES; open: lexicon ones)"},
+        metadata={
+            "help": "comma-separated subset of categories (lists/targets: tasks.lists.CATEGORIES; open: lexicons)"
+        },
     )
     equivalence: str = field(
         default="normalized",
@@ -151,35 +153,37 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
     checkpointing are the same. `open` refuses a category without a lexicon ("validity unchecked"), since its reward
     could not tell a valid answer from an invalid one.
     """
-    from gapo import data
     from gapo.rewards import ClassFrequencyReward, frequency_reward, target_distribution_reward
+    from gapo.tasks import lists, open_ended, targets
 
     if cfg.task == "open":
-        categories = tuple(cfg.categories or data.OPEN_TRAIN_CATEGORIES)
-        unchecked = [c for c in categories if c in data.OPEN_QUESTIONS and not data.open_validity(c).checked]
+        categories = tuple(cfg.categories or open_ended.OPEN_TRAIN_CATEGORIES)
+        unchecked = [
+            c for c in categories if c in open_ended.OPEN_QUESTIONS and not open_ended.open_validity(c).checked
+        ]
         if unchecked:
             raise ValueError(
-                f"task open: categories {unchecked} have no lexicon ({data.VALIDITY_UNCHECKED}); train on checked "
-                f"ones: {', '.join(data.LEXICON_SOURCES)}"
+                f"task open: categories {unchecked} have no lexicon ({open_ended.VALIDITY_UNCHECKED}); train on "
+                f"checked ones: {', '.join(open_ended.LEXICON_SOURCES)}"
             )
-        dataset = data.make_open_dataset(
+        dataset = open_ended.make_open_dataset(
             cfg.num_prompts, cfg.seed, categories=categories, response_prefix=cfg.response_prefix
         )
-        reward = ClassFrequencyReward(cfg.equivalence, validity=data.open_validity_map(categories))
+        reward = ClassFrequencyReward(cfg.equivalence, validity=open_ended.open_validity_map(categories))
         return dataset, [reward]
-    lists = {
+    list_args = {
         "min_items": cfg.min_items,
         "max_items": cfg.max_items,
         "categories": cfg.categories,
         "response_prefix": cfg.response_prefix,
     }
     if cfg.task == "targets":
-        dataset = data.make_target_distribution_dataset(cfg.num_prompts, cfg.seed, **lists)
-        data.validate_items_column(dataset)
-        data.validate_target_column(dataset)
+        dataset = targets.make_target_distribution_dataset(cfg.num_prompts, cfg.seed, **list_args)
+        lists.validate_items_column(dataset)
+        targets.validate_target_column(dataset)
         return dataset, [target_distribution_reward]
-    dataset = data.make_list_selection_dataset(cfg.num_prompts, cfg.seed, **lists)
-    data.validate_items_column(dataset)
+    dataset = lists.make_list_selection_dataset(cfg.num_prompts, cfg.seed, **list_args)
+    lists.validate_items_column(dataset)
     return dataset, [frequency_reward]
 
 

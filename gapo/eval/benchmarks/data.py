@@ -146,7 +146,7 @@ def data_dir() -> Path:
     """The shipped subsets: ``$GAPO_BENCHMARK_DATA`` or ``data/benchmarks`` of this repository."""
     if env := os.environ.get("GAPO_BENCHMARK_DATA"):
         return Path(env)
-    return Path(__file__).resolve().parents[2] / "data" / "benchmarks"
+    return Path(__file__).resolve().parents[3] / "data" / "benchmarks"
 
 
 @functools.cache

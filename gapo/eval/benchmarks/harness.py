@@ -1,6 +1,6 @@
 """Table 2 through lm-evaluation-harness 0.4.13, offline: our task YAMLs over the shipped data, our model as an LM.
 
-    tasks (gapo/benchmarks/tasks/*.yaml, an lm-eval include path)
+    tasks (gapo/eval/benchmarks/tasks/*.yaml, an lm-eval include path)
       └─ `task_config(name)`: the YAML with `data_files` resolved in the benchmark data folder (checked first)
     model: `GapoLM(generate, seed)`, an lm-eval `LM` over a gapo `Generate` (a `gapo.sampling.Sampler`: the
       transformers backend batches all problems of a task in one call; its vLLM backend on GPUs)
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from lm_eval.api.model import LM
 
-from gapo.benchmarks.data import SUBSET_SEED, BenchmarkDataError, data_dir, humaneval_file
+from gapo.eval.benchmarks.data import SUBSET_SEED, BenchmarkDataError, data_dir, humaneval_file
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +94,12 @@ def check_data_file(path: Path, fields: Sequence[str]) -> None:
                 if missing:
                     raise BenchmarkDataError(
                         f"{path}: line {number} lacks {', '.join(missing)}; rebuild it with "
-                        "python -m gapo.benchmarks.build_subsets"
+                        "python -m gapo.eval.benchmarks.build_subsets"
                     )
     except (json.JSONDecodeError, UnicodeDecodeError, OSError, EOFError) as err:
         raise BenchmarkDataError(
-            f"{path}: not a JSON-lines benchmark file ({err}); rebuild it with python -m gapo.benchmarks.build_subsets"
+            f"{path}: not a JSON-lines benchmark file ({err}); "
+            "rebuild it with python -m gapo.eval.benchmarks.build_subsets"
         ) from err
 
 

@@ -1,4 +1,4 @@
-"""Scoring that lm-evaluation-harness 0.4.13 cannot do here, called from the task YAMLs in gapo/benchmarks/tasks/.
+"""Scoring that lm-evaluation-harness 0.4.13 cannot do here, called from the task YAMLs in gapo/eval/benchmarks/tasks/.
 
 GSM8K is scored by lm-eval itself (its regex filters and exact_match). Two tasks need our code:
 
@@ -9,7 +9,7 @@ GSM8K is scored by lm-eval itself (its regex filters and exact_match). Two tasks
   that simplifies to 0, parsed with latex2sympy2_extended, the maintained fork of sympy's grammar); `math_verify` is
   Hugging Face's math-verify on the whole completion against the gold solution.
 - humaneval (lm-eval `humaneval_instruct`): lm-eval's `code_eval` runs model code in-process; here the program
-  (prompt + completion up to the first ``` fence, then the tests) is judged in `gapo.benchmarks.sandbox`.
+  (prompt + completion up to the first ``` fence, then the tests) is judged in `gapo.eval.benchmarks.sandbox`.
 
 A malformed completion (no answer line, unparsable LaTeX, code that does not compile) scores 0, never raises.
 """
@@ -23,7 +23,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any
 
-from gapo.benchmarks.sandbox import SandboxLimits, run_humaneval
+from gapo.eval.benchmarks.sandbox import SandboxLimits, run_humaneval
 
 logger = logging.getLogger(__name__)
 
@@ -246,8 +246,10 @@ def humaneval_candidate(completion: str, problem: dict[str, Any]) -> str:
 
 
 def score_humaneval(completion: str, problem: dict[str, Any], limits: SandboxLimits | None = None) -> dict[str, float]:
-    """lm-eval's HumanEval verdict, decided by a judge process the completion never shares (gapo.benchmarks.sandbox):
-    the candidate runs `humaneval_candidate`; the problem's tests run in the judge and call it across the boundary."""
+    """lm-eval's HumanEval verdict, decided by a judge process the completion never shares (`sandbox`).
+
+    The candidate runs `humaneval_candidate`; the problem's tests run in the judge and call it across the boundary.
+    """
     result = run_humaneval(
         humaneval_candidate(completion, problem),
         problem["test"],
@@ -268,7 +270,7 @@ def _score_math_safely(completion: Any, problem: dict[str, Any]) -> dict[str, fl
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# lm-eval task hooks (named by `!function` in gapo/benchmarks/tasks/*.yaml)
+# lm-eval task hooks (named by `!function` in gapo/eval/benchmarks/tasks/*.yaml)
 # --------------------------------------------------------------------------------------------------------------------
 
 

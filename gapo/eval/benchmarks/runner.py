@@ -9,7 +9,7 @@ or a stub in a test:
 callable: `load_generate("embedded", adapter=...)` makes one (`make_sampler`), `sampling_generate(model, tokenizer)`
 wraps a loaded model.
 
-Each benchmark runs through lm-evaluation-harness (`gapo.benchmarks.harness`: our task YAMLs over the shipped data,
+Each benchmark runs through lm-evaluation-harness (`gapo.eval.benchmarks.harness`: our task YAMLs over the shipped data,
 the model as an lm-eval `LM`), once per run: run r samples every problem in one batched call with seed ``seed + r``
 (temperature 0.7 by default). Each run's accuracy is the mean over problems; a metric's value is the mean of the run
 accuracies, its spread their sample standard deviation (ddof=1; 0 for one run), as the paper reports the mean of five
@@ -28,8 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from gapo.benchmarks.data import BENCHMARKS, PAPER_SIZES, BenchmarkDataError
-from gapo.benchmarks.harness import (
+from gapo.eval.benchmarks.data import BENCHMARKS, PAPER_SIZES, BenchmarkDataError
+from gapo.eval.benchmarks.harness import (
     MMLU_PRO_SKIP,
     TASK_NAMES,
     GapoLM,
@@ -37,7 +37,7 @@ from gapo.benchmarks.harness import (
     run_task,
     summarize_runs,
 )
-from gapo.benchmarks.scoring import METRICS
+from gapo.eval.benchmarks.scoring import METRICS
 from gapo.io import atomic_open, write_json_atomic, write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
@@ -352,12 +352,12 @@ def _at_temperature(generate: Generate, temperature: float) -> Generate:
 def experiments_creativity(
     generates: Mapping[str, Generate], **creativity_kwargs: Any
 ) -> Callable[[str, float], float]:
-    """``creativity(model, temperature)`` = `gapo.experiments.creativity`'s mean pairwise embedding distance on the
+    """``creativity(model, temperature)`` = `gapo.eval.experiments.creativity`'s mean pairwise embedding distance on the
     creative prompts (Table 1's metric), sampling that model at that temperature; kwargs go to it (n, num_prompts,
     max_new_tokens, seed, encoder)."""
 
     def creativity(model: str, temperature: float) -> float:
-        from gapo.experiments import creativity as run_creativity
+        from gapo.eval.experiments import creativity as run_creativity
 
         result = run_creativity(_at_temperature(generates[model], temperature), **creativity_kwargs)
         return float(result.summary["mean_embedding_distance"])

@@ -28,7 +28,7 @@ class DataConfig:
 
 def write_dataset(cfg: DataConfig) -> dict[str, int]:
     """Write the rows atomically; returns the number of rows per category."""
-    from gapo.data import list_selection_rows
+    from gapo.tasks.lists import list_selection_rows
 
     rows = list_selection_rows(
         cfg.num_prompts, cfg.seed, cfg.min_items, cfg.max_items, cfg.categories, cfg.response_prefix

@@ -1,6 +1,6 @@
 """Coherence benchmarks (Table 2) and the creativity-coherence sweep (Figure 7).
 
-    from gapo.benchmarks import evaluate_model, load_generate, embedded_settings, write_benchmark_outputs
+    from gapo.eval.benchmarks import evaluate_model, load_generate, embedded_settings, write_benchmark_outputs
 
     settings = embedded_settings()
     results = {"baseline": evaluate_model(load_generate("embedded"), settings),
@@ -13,7 +13,7 @@ intervals), `data` (subsets, offline sources), `scoring` (the MATH and HumanEval
 packages that carry the data).
 """
 
-from gapo.benchmarks.data import (
+from gapo.eval.benchmarks.data import (
     BENCHMARKS,
     PAPER_SIZES,
     SUBSET_SEED,
@@ -21,8 +21,8 @@ from gapo.benchmarks.data import (
     BenchmarkDataError,
     load_benchmark,
 )
-from gapo.benchmarks.harness import GapoLM, bootstrap_interval, task_config
-from gapo.benchmarks.runner import (
+from gapo.eval.benchmarks.harness import GapoLM, bootstrap_interval, task_config
+from gapo.eval.benchmarks.runner import (
     FIG7_TEMPERATURES,
     PAPER_TABLE2,
     BenchmarkSettings,
@@ -40,8 +40,14 @@ from gapo.benchmarks.runner import (
     write_figure7_data,
     write_records,
 )
-from gapo.benchmarks.sandbox import ExecutionResult, SandboxLimits, SandboxUnavailableError, run_humaneval, run_program
-from gapo.benchmarks.scoring import METRICS
+from gapo.eval.benchmarks.sandbox import (
+    ExecutionResult,
+    SandboxLimits,
+    SandboxUnavailableError,
+    run_humaneval,
+    run_program,
+)
+from gapo.eval.benchmarks.scoring import METRICS
 
 __all__ = [
     "BENCHMARKS",

@@ -1,0 +1,92 @@
+"""``gapo sample``: N samples of one prompt written as JSON lines.
+
+gapo sample --model embedded --prompt "Name one city anywhere in the world." -n 100 --out cities.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from gapo.config import OneLineErrorParser
+from gapo.io import write_jsonl_atomic
+from gapo.sampling.params import BACKENDS, SamplingError, one_line
+from gapo.sampling.sampler import make_sampler, sample_records
+
+logger = logging.getLogger(__name__)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineErrorParser(
+        prog="gapo sample",
+        description="Draw N samples of one prompt (sent as a user chat message) and write them as JSON lines.",
+    )
+    parser.add_argument("--model", required=True, help="hub id, local dir, 'embedded', 'tiny-random' or API model name")
+    parser.add_argument("--adapter", default=None, help="LoRA adapter directory trained on --model")
+    parser.add_argument("--prompt", required=True, help="the user message")
+    parser.add_argument("-n", type=int, required=True, help="number of samples")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--min-p", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--response-prefix", default=None, help="pre-filled start of the answer, e.g. '<answer>'")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=None, help="rows decoded together (memory cap)")
+    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
+    parser.add_argument("--endpoint", default=None, help="OpenAI-compatible base URL for --backend openai")
+    parser.add_argument("--out", required=True, help="output .jsonl file (written atomically)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """``gapo sample``: returns 0 on success, 2 with a one-line ``error:`` message on bad input or failure."""
+    args = build_parser().parse_args(argv)
+    from gapo.models import ModelLoadError
+
+    try:
+        if args.n <= 0:
+            raise ValueError(f"-n must be a positive integer, got {args.n}")
+        if not args.prompt.strip():
+            raise ValueError("--prompt is empty")
+        if Path(args.out).is_dir():
+            raise ValueError(
+                f"--out {args.out} is a directory; pass a file path such as {Path(args.out) / 'samples.jsonl'}"
+            )
+        sampler = make_sampler(
+            args.model,
+            adapter=args.adapter,
+            backend=args.backend,
+            endpoint=args.endpoint,
+            progress=not args.no_progress,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            min_p=args.min_p,
+            seed=args.seed,
+            max_new_tokens=args.max_new_tokens,
+            response_prefix=args.response_prefix,
+            batch_size=args.batch_size,
+        )
+        completions = sampler([[{"role": "user", "content": args.prompt}]], args.n)[0]
+        meta = {
+            "model": args.model,
+            "adapter": args.adapter,
+            "backend": args.backend,
+            "seed": args.seed,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "min_p": args.min_p,
+            "response_prefix": args.response_prefix,
+        }
+        path = write_jsonl_atomic(args.out, sample_records(args.prompt, completions, **meta))
+    except (ValueError, ModelLoadError, SamplingError, OSError) as err:
+        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(completions)} samples to {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

@@ -1,0 +1,119 @@
+"""List prompts with a target distribution (issue 13): "pick Heads 70% of the time and Tails 30% of the time"."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from gapo.tasks.lists import FORMAT_INSTRUCTION, chat_prompt, format_list, list_selection_rows
+
+# --------------------------------------------------------------------------------------------------------------------
+# List prompts with a target distribution (issue 13): "pick Heads 70% of the time and Tails 30% of the time"
+# --------------------------------------------------------------------------------------------------------------------
+
+#: Phrasings of a target; `{items}` is the bracketed list, `{spec}` the percentages ("A 70% of the time and B 30%...").
+TARGET_TEMPLATES: tuple[str, ...] = (
+    "Pick one option from {items}, choosing {spec}.",
+    "Choose one of {items} at random so that you pick {spec}.",
+    "Select one item from the list {items}: pick {spec}.",
+    "Sample exactly one of {items}, picking {spec}.",
+)
+
+
+def target_spec(items: Sequence[str], target: Sequence[float]) -> str:
+    """``"A 70% of the time and B 30% of the time"``: the target as the prompt states it (whole percents)."""
+    parts = [f"{item} {round(100 * p)}% of the time" for item, p in zip(items, target, strict=True)]
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def draw_target(rng: random.Random, k: int, resolution: int = 10) -> list[float]:
+    """A random distribution over k items in steps of 1/resolution, every item at least one step (no 0% items).
+
+    Steps of 10% keep the stated percentages exact, so the prompt and the `target` column agree.
+    """
+    if not 1 <= k <= resolution:
+        raise ValueError(f"cannot split {resolution} steps over {k} items with at least one each; need k <= resolution")
+    cuts = sorted(rng.sample(range(1, resolution), k - 1))
+    steps = [b - a for a, b in zip([0, *cuts], [*cuts, resolution], strict=True)]
+    return [s / resolution for s in steps]
+
+
+def _target_row(
+    rng: random.Random, items: list[str], category: str, resolution: int, response_prefix: str | None
+) -> dict[str, Any]:
+    target = draw_target(rng, len(items), resolution)
+    text = rng.choice(TARGET_TEMPLATES).format(items=format_list(items), spec=target_spec(items, target))
+    return {
+        "prompt": chat_prompt(f"{text} {FORMAT_INSTRUCTION}", response_prefix),
+        "items": items,
+        "category": category,
+        "target": target,
+    }
+
+
+def target_distribution_rows(
+    n: int,
+    seed: int,
+    min_items: int = 2,
+    max_items: int = 4,
+    categories: Sequence[str] | None = None,
+    response_prefix: str | None = None,
+    resolution: int = 10,
+) -> list[dict[str, Any]]:
+    """List prompts that state a target distribution; columns as `list_selection_rows` plus ``target``.
+
+    ``target`` is a list of probabilities in the order of ``items`` (multiples of 1/`resolution`, summing to 1),
+    the form `gapo.rewards.target_distribution_reward` reads. A list rather than an item -> p mapping, because Arrow
+    would turn mappings with different keys per row into one struct column full of None.
+    """
+    if max_items > resolution:
+        raise ValueError(f"max_items={max_items} exceeds resolution={resolution}: every item needs at least one step")
+    base = list_selection_rows(n, seed, min_items, max_items, categories)  # validates the arguments
+    rng = random.Random(f"target-{seed}")
+    return [_target_row(rng, row["items"], row["category"], resolution, response_prefix) for row in base]
+
+
+def make_target_distribution_dataset(n: int, seed: int, **kwargs: Any) -> Any:
+    """`target_distribution_rows` as a `datasets.Dataset` (the keyword arguments are the same)."""
+    import datasets
+
+    return datasets.Dataset.from_list(target_distribution_rows(n, seed, **kwargs))
+
+
+def unseen_target_rows(
+    num_lists: int, seed: int, min_items: int = 2, max_items: int = 4, resolution: int = 10
+) -> list[dict[str, Any]]:
+    """Target prompts over the paper's *evaluation* lists (`gapo.eval.prompts.UNIFORMITY_LISTS`), never trained on.
+
+    For issue 13's "JSD to the target on unseen lists": one row per list, the category cycling through the ten.
+    """
+    from gapo.eval.prompts import UNIFORMITY_LISTS
+
+    if num_lists <= 0:
+        raise ValueError(f"num_lists must be positive, got {num_lists}")
+    if not 2 <= min_items <= max_items <= min(resolution, *(len(v) for v in UNIFORMITY_LISTS.values())):
+        raise ValueError(
+            f"need 2 <= min_items <= max_items <= 8 (list size) and <= resolution, got {min_items}, {max_items}"
+        )
+    rng = random.Random(f"unseen-target-{seed}")
+    names = list(UNIFORMITY_LISTS)
+    rows = []
+    for i in range(num_lists):
+        category = names[i % len(names)]
+        items = rng.sample(list(UNIFORMITY_LISTS[category]), rng.randint(min_items, max_items))
+        rows.append(_target_row(rng, items, category, resolution, None))
+    return rows
+
+
+def validate_target_column(rows: Any) -> None:
+    """Fail with one line naming the first row whose ``target`` does not fit its ``items`` (see `check_target`)."""
+    from gapo.rewards import check_target
+
+    if "target" not in (getattr(rows, "column_names", None) or []):
+        raise ValueError("training dataset has no 'target' column (a probability per item, in list order)")
+    for index, (items, target) in enumerate(zip(rows["items"], rows["target"], strict=True)):
+        try:
+            check_target(items, target)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"dataset row {index}: {err}") from None
