@@ -26,6 +26,7 @@ from gapo.eval.benchmarks.harness import (
     GapoLM,
     bootstrap_interval,
     cut_at_stop,
+    paired_difference_interval,
     run_task,
     task_config,
     task_manager,
@@ -377,6 +378,36 @@ def test_bootstrap_interval_over_problems():
     assert bootstrap_interval([[1.0, 0.0] * 10]) == wide  # seeded
 
 
+def test_paired_difference_interval_keeps_pairs_together():
+    same = [1.0, 0.0, 1.0, 0.5] * 25
+    assert paired_difference_interval(same, same) == (0.0, 0.0, 0.0)  # identical models: no doubt at all
+    worse = [x if i % 4 else 0.0 for i, x in enumerate(same)]  # loses one problem in four that the reference solves
+    diff, low, high = paired_difference_interval(worse, same)
+    assert diff == pytest.approx(-0.25) and low <= diff <= high < 0
+    # pairing: models that mostly solve the same problems get a narrower interval than independent samples would
+    widths = [hi - lo for lo, hi in (bootstrap_interval([same]), bootstrap_interval([worse]))]
+    assert high - low < (widths[0] ** 2 + widths[1] ** 2) ** 0.5
+    assert paired_difference_interval(worse, same) == (diff, low, high)  # seeded
+    with pytest.raises(ValueError, match="same problems"):
+        paired_difference_interval([1.0], [1.0, 0.0])
+
+
+def test_gapo_minus_base_difference_is_in_the_metrics():
+    def summary(per_problem: list[float]) -> dict:
+        mean = sum(per_problem) / len(per_problem)
+        stats = {"mean": mean, "std": 0.0, "per_run": [mean], "per_problem": per_problem, "ci_low": 0, "ci_high": 1}
+        return {"metrics": {"pass@1": stats}, "n": len(per_problem), "runs": 1, "num_fewshot": 0, "source": "t",
+                "note": ""}  # fmt: skip
+
+    base, gapo = [1.0, 1.0, 0.0, 1.0] * 10, [1.0, 0.0, 0.0, 1.0] * 10
+    doc = benchmarks_metrics({"baseline": {"humaneval": summary(base)}, "gapo": {"humaneval": summary(gapo)}})
+    values = doc["models"]["gapo"]["humaneval"]
+    assert values["pass@1_diff"] == pytest.approx(-0.25)
+    assert values["pass@1_diff_ci_low"] <= -0.25 <= values["pass@1_diff_ci_high"] < 0
+    assert "pass@1_diff" not in doc["models"]["baseline"]["humaneval"]
+    assert doc["details"]["gapo"]["humaneval"]["per_problem"]["pass@1"] == gapo
+
+
 def test_runner_runs_seeds_and_reports_mean_std_and_interval():
     generate = Fixed("gsm8k", right={5: 3, 6: 1})  # run 0 (seed 5): all right; run 1 (seed 6): one right
     settings = BenchmarkSettings(benchmarks=("gsm8k",), sizes={"gsm8k": 3}, runs=2, seed=5, max_new_tokens={"gsm8k": 9})
@@ -384,6 +415,7 @@ def test_runner_runs_seeds_and_reports_mean_std_and_interval():
     assert [c["seed"] for c in generate.calls] == [5, 6]
     exact = summary["metrics"]["exact"]
     assert exact["per_run"] == pytest.approx([1.0, 1 / 3])
+    assert sorted(exact["per_problem"]) == pytest.approx([0.5, 0.5, 1.0])  # each problem's mean over the runs
     assert exact["mean"] == pytest.approx(2 / 3) and exact["std"] == pytest.approx(0.4714, abs=1e-4)
     assert exact["ci_low"] <= exact["mean"] <= exact["ci_high"] and exact["ci_low"] >= 0.5 - 1e-9
     assert summary["n"] == 3 and len(records) == 6 and {r["run"] for r in records} == {0, 1}

