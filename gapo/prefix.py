@@ -32,6 +32,9 @@ Public API:
 - `shared_prompt_generation(model)`: a context manager that routes `model.generate` through the above, and
   `trainer_generation(trainer, images, multimodal_fields)` the one for a GRPOTrainer's `_generate_single_turn`.
 - `group_prompts(prompt_ids, prompt_mask)`: which rows share a prompt.
+- `prefill(module, input_ids, attention_mask, position_ids)` and `expand_cache(cache, rows)`: the prompt forward and
+  the cache expansion under all of the above and under the evaluation sampler (`gapo.sampling.transformers_backend`),
+  the one implementation of both; `mask_positions(attention_mask)`: position ids of left-padded prompts.
 - `Unsupported`: raised for configurations this does not handle; callers fall back to the plain path.
 
 Mixed precision: TRL runs its log-prob forward inside `accelerator.autocast()`; call `shared_prompt_logps` inside it too
@@ -46,6 +49,7 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Callable, Iterator
+from copy import deepcopy
 from typing import Any
 
 import torch
@@ -173,6 +177,83 @@ def group_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# The prefill: one forward over the distinct prompts, then their KV cache expanded to the rows that continue them
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def mask_positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids of left-padded rows counted from each row's first real token, 0 on the padding: (B, P) -> (B, P).
+
+    What `generate` gives a left-padded prompt (its padding positions differ, but padding is masked, so they never
+    reach a real token). Example: mask [0, 0, 1, 1, 1] gives [0, 0, 0, 1, 2].
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def prefill(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None,
+    **forward_kwargs: Any,
+) -> tuple[Any, Any]:
+    """Run the U distinct prompts once and keep their keys/values: the shared half of every shared-prompt path.
+
+    Args:
+        module: what to run: a causal LM's backbone (returns hidden states) or the whole causal LM (logits).
+        input_ids: (U, P) the distinct prompts, left-padded.
+        attention_mask: (U, P) 1 on real tokens, or None when no prompt is padded (lets SDPA take its causal kernel).
+        position_ids: (U, P) or (1, P); None for the model's default `arange(P)`.
+        forward_kwargs: passed on to `module`, e.g. `logits_to_keep=1`.
+
+    Returns:
+        `(cache, output)`: a `DynamicCache` holding the prompts' keys/values (U rows, P columns), to be given to
+        `expand_cache`, and the module's output for the U prompts.
+
+    Grad mode is the caller's, so the same forward serves all three callers, whose needs really differ:
+
+    - training log-probs (`shared_prompt_logps`): the backbone, with grad, on the whole prompt, positions `arange(P)`
+      over the padded layout (TRL's plain forward passes none), the last column's hidden state kept for the LM-head
+      kernel; expanded to every row of the micro-batch at once, differentiably.
+    - the trainer's generation (`generate_with_shared_prompt`): the backbone, no grad, on all but the last prompt column
+      (`generate` runs that column itself, so its logits processors and draws are stock), positions from the mask.
+    - the evaluation sampler (`gapo.sampling.transformers_backend`): the whole causal LM (any model `generate` runs,
+      including ones `Unsupported` turns away here, such as soft-capped logits) on the whole prompt with
+      `logits_to_keep=1`, positions from the mask, mask None when nothing is padded; the group's cache is kept and a
+      copy expanded per chunk of samples, since N samples of a prompt can exceed one batch.
+
+    Decoding is not shared, on purpose: the trainer's must be `generate`'s (TRL's generation config and random draws,
+    tested against stock GRPOTrainer), while the sampler's own loop drops rows at EOS instead of decoding padding and
+    draws from a generator seeded per chunk, which `generate` offers neither of.
+    """
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=getattr(module, "config", None))
+    output = module(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        past_key_values=cache,
+        use_cache=True,
+        **forward_kwargs,
+    )
+    return cache, output
+
+
+def expand_cache(cache: Any, rows: torch.Tensor, copy: bool = False) -> Any:
+    """The cache of U prompts -> the cache of len(rows) rows, row i continuing prompt `rows[i]`.
+
+    Every layer's keys/values go from (U, heads, P, d) to (len(rows), heads, P, d) by `index_select`, whose backward
+    sums the gradients of a prompt's rows. In place (and returned) unless `copy`, which leaves `cache` as it was for
+    the next expansion (the sampler expands one group cache per chunk).
+    """
+    if copy:
+        cache = deepcopy(cache)
+    cache.reorder_cache(rows)
+    return cache
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Log-probs for training: the drop-in for GRPOTrainer._get_per_token_logps_and_entropies
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -226,8 +307,6 @@ def _shared_chunk(
     compute_entropy: bool,
     temperature: float,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    from transformers import DynamicCache
-
     c = logits_to_keep
     p = input_ids.size(1) - c
     prompt_ids, prompt_mask = input_ids[:, :p], attention_mask[:, :p]  # (B, P), left-padded
@@ -235,16 +314,14 @@ def _shared_chunk(
     first, inverse = group_prompts(prompt_ids, prompt_mask)  # (U,), (B,)
 
     # Pass 1: each distinct prompt once, positions 0..P-1 as in the plain path.
-    cache = DynamicCache(config=backbone.config)
-    prompt_out = backbone(
-        input_ids=prompt_ids[first],  # (U, P)
-        attention_mask=prompt_mask[first],
+    cache, prompt_out = prefill(
+        backbone,
+        prompt_ids[first],  # (U, P)
+        prompt_mask[first],
         position_ids=torch.arange(p, device=input_ids.device).unsqueeze(0),
-        past_key_values=cache,
-        use_cache=True,
     )
     last_prompt_hidden = prompt_out.last_hidden_state[:, -1]  # (U, H): predicts completion token 0
-    cache.reorder_cache(inverse)  # (U, .., P, ..) -> (B, .., P, ..); its backward sums each group's gradients
+    expand_cache(cache, inverse)  # (U, .., P, ..) -> (B, .., P, ..); its backward sums each group's gradients
 
     # Pass 2: the completions against their prompt's keys/values, positions P..P+C-1.
     completion_out = backbone(
@@ -373,20 +450,10 @@ def generate_with_shared_prompt(
             input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
         )
 
-    from transformers import DynamicCache
-
     prefix_ids, prefix_mask = input_ids[first, :-1], attention_mask[first, :-1]  # (U, P-1)
-    position_ids = (prefix_mask.long().cumsum(-1) - 1).masked_fill(prefix_mask == 0, 0)  # as generate builds them
-    cache = DynamicCache(config=backbone.config)
     with torch.no_grad():
-        backbone(
-            input_ids=prefix_ids,
-            attention_mask=prefix_mask,
-            position_ids=position_ids,
-            past_key_values=cache,
-            use_cache=True,
-        )
-    cache.reorder_cache(inverse)  # (B, .., P-1, ..)
+        cache, _ = prefill(backbone, prefix_ids, prefix_mask, position_ids=mask_positions(prefix_mask))
+    expand_cache(cache, inverse)  # (B, .., P-1, ..)
     return generate(
         input_ids=input_ids,
         attention_mask=attention_mask,

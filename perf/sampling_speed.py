@@ -1,26 +1,35 @@
-"""Throughput of the shared-encoding sampler against a loop of single `model.generate` calls.
+"""Throughput of the shared-encoding sampler against stock `model.generate`, batched and in a loop.
 
 Workload: N samples (default 100) of one list prompt (the planets list of section 6.1), temperature 1.0, top-p 1,
 the same completion cap for every variant. Variants:
 
 - ``batched``: `gapo.sampling.sample_completions` (one prompt forward, KV cache expanded to the N rows, own
   decoding loop that drops rows at EOS).
-- ``generate_cache``: `model.generate` on N rows with the prompt's KV cache expanded to them
-  (``past_key_values=``), so the prompt is also encoded once; finished rows are padded, not dropped.
-- ``loop``: N separate ``model.generate(prompt, do_sample=True)`` calls, each encoding the prompt again.
+- ``generate_shared``: `gapo.prefix.generate_with_shared_prompt`, what the trainer samples with: the same prefill
+  (`gapo.prefix.prefill`, the prompt encoded once), then stock `model.generate` on the N rows; finished rows are
+  padded, not dropped.
+- ``generate``: stock `model.generate` on the prompt repeated to N rows (the prompt encoded N times in one batch).
+- ``loop``: N separate stock ``model.generate(prompt, do_sample=True)`` calls, each encoding the prompt again.
 
-Prints one line per variant and ends with ``speedup_vs_loop=X.XX`` (batched samples/s over loop samples/s).
-Raw numbers go to ``--out`` (JSON). CPU run (about 5-10 minutes on 2 cores)::
+Every `generate` variant uses the same sampling settings (temperature 1, no top-k/top-p) and completion cap.
+Prints one line per variant and ends with ``speedup_vs_generate=X.XX`` and ``speedup_vs_loop=X.XX`` (batched
+samples/s over those of stock batched `generate` and of the loop); a `generate_shared` run that fell back to plain
+`generate` says why in its ``fallback`` field. Raw numbers go to ``--out`` (JSON). CPU run (about 5-10 minutes on 2
+cores), and the smallest run (seconds)::
 
     .venv/bin/python perf/sampling_speed.py --model embedded --n 100 --out /tmp/gapo_eval/sampling_speed.json
+    .venv/bin/python perf/sampling_speed.py --model tiny-random --n 4 --max-new-tokens 4
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,10 +39,11 @@ from gapo.chat import render_prompt
 from gapo.eval.metrics import jsd_from_uniform
 from gapo.eval.prompts import UNIFORMITY_LISTS, list_prompt, user_message
 from gapo.models import load_model_and_tokenizer
+from gapo.prefix import generate_with_shared_prompt
 from gapo.rewards import extract_answer
 from gapo.sampling import sample_completions
 
-VARIANTS = ("batched", "generate_cache", "loop")
+VARIANTS = ("batched", "generate_shared", "generate", "loop")
 
 
 @dataclass
@@ -63,7 +73,7 @@ def run_batched(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noq
 
 
 def _sampling_kwargs(tokenizer, cfg: BenchConfig) -> dict:  # noqa: ANN001
-    """`generate` settings shared by the two `generate` variants: pure temperature-1 sampling, the same cap."""
+    """`generate` settings shared by the `generate` variants: pure temperature-1 sampling, the same cap."""
     return dict(
         do_sample=True,
         temperature=1.0,
@@ -74,23 +84,32 @@ def _sampling_kwargs(tokenizer, cfg: BenchConfig) -> dict:  # noqa: ANN001
     )
 
 
-def run_generate_cache(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noqa: ANN001
-    from transformers import DynamicCache
-
+def _prompt_rows(model, tokenizer, prompt, n: int) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+    """The rendered prompt repeated to n rows: input ids and attention mask, (n, P) each, on the model's device."""
     text, _ = render_prompt(tokenizer, prompt)
     ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids  # (1, P)
+    ids = ids.to(next(model.parameters()).device).expand(n, -1)  # (n, P)
+    return ids, torch.ones_like(ids)
+
+
+def run_generate_shared(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noqa: ANN001
+    ids, mask = _prompt_rows(model, tokenizer, prompt, cfg.n)
     torch.manual_seed(cfg.seed)
     with torch.inference_mode():
-        cache = model(input_ids=ids[:, :-1], past_key_values=DynamicCache(config=model.config), use_cache=True)
-        cache = cache.past_key_values
-        cache.batch_repeat_interleave(cfg.n)  # (n, heads, P-1, d): the prompt encoded once, shared by n rows
-        out = model.generate(ids.expand(cfg.n, -1), past_key_values=cache, **_sampling_kwargs(tokenizer, cfg))
+        out = generate_with_shared_prompt(model.generate, model, ids, mask, **_sampling_kwargs(tokenizer, cfg))
+    return [tokenizer.decode(row[ids.shape[1] :], skip_special_tokens=True) for row in out]
+
+
+def run_generate(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noqa: ANN001
+    ids, mask = _prompt_rows(model, tokenizer, prompt, cfg.n)
+    torch.manual_seed(cfg.seed)
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, **_sampling_kwargs(tokenizer, cfg))
     return [tokenizer.decode(row[ids.shape[1] :], skip_special_tokens=True) for row in out]
 
 
 def run_loop(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noqa: ANN001
-    text, _ = render_prompt(tokenizer, prompt)
-    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+    ids, _ = _prompt_rows(model, tokenizer, prompt, 1)  # (1, P)
     torch.manual_seed(cfg.seed)
     texts = []
     with torch.inference_mode():
@@ -100,7 +119,30 @@ def run_loop(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noqa: 
     return texts
 
 
-RUNNERS = {"batched": run_batched, "generate_cache": run_generate_cache, "loop": run_loop}
+class _Collect(logging.Handler):
+    """Keeps the messages of the records it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _prefix_warnings() -> Iterator[list[str]]:
+    """Collect what `gapo.prefix` logs meanwhile: `generate_shared` falling back to plain `generate` says why there."""
+    handler = _Collect()
+    prefix_logger = logging.getLogger("gapo.prefix")
+    prefix_logger.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        prefix_logger.removeHandler(handler)
+
+
+RUNNERS = {"batched": run_batched, "generate_shared": run_generate_shared, "generate": run_generate, "loop": run_loop}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     for variant in variants:
         load_before = os.getloadavg()[0]
-        start = time.perf_counter()
-        texts = RUNNERS[variant](model, tokenizer, prompt, cfg)
-        seconds = time.perf_counter() - start
+        with _prefix_warnings() as warnings:
+            start = time.perf_counter()
+            texts = RUNNERS[variant](model, tokenizer, prompt, cfg)
+            seconds = time.perf_counter() - start
         tokens = sum(len(tokenizer(t, add_special_tokens=False).input_ids) for t in texts)
         results[variant] = {
             "seconds": seconds,
@@ -134,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             "samples_per_s": len(texts) / seconds,
             "completion_tokens": tokens,
             "load_avg_1m_before": load_before,
+            "fallback": "; ".join(warnings) or None,
             **_answers_summary(texts, items),
         }
         r = results[variant]
@@ -142,14 +186,18 @@ def main(argv: list[str] | None = None) -> int:
             f"({tokens} completion tokens; JSD {r['jsd']:.3f}, valid {r['valid_rate']:.2f}; load {load_before:.1f})",
             flush=True,
         )
+        if r["fallback"]:
+            print(f"{'':15s} fell back: {r['fallback']}", flush=True)
     record = {"config": asdict(cfg), "torch_threads": torch.get_num_threads(), "results": results}
-    if "batched" in results and "loop" in results:
-        record["speedup_vs_loop"] = results["batched"]["samples_per_s"] / results["loop"]["samples_per_s"]
+    for baseline in ("generate", "loop"):
+        if "batched" in results and baseline in results:
+            record[f"speedup_vs_{baseline}"] = results["batched"]["samples_per_s"] / results[baseline]["samples_per_s"]
     if cfg.out:
         Path(cfg.out).parent.mkdir(parents=True, exist_ok=True)
         Path(cfg.out).write_text(json.dumps(record, indent=1))
-    if "speedup_vs_loop" in record:
-        print(f"speedup_vs_loop={record['speedup_vs_loop']:.2f}")
+    for key in ("speedup_vs_generate", "speedup_vs_loop"):
+        if key in record:
+            print(f"{key}={record[key]:.2f}")
     return 0
 
 

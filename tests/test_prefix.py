@@ -168,6 +168,41 @@ def test_one_group_and_all_distinct(tokenizer) -> None:  # noqa: ANN001
         assert rel_err(got, ref) < 1e-5 and rel_err(ent, ref_ent) < 1e-5
 
 
+def test_prefill_and_expand_cache_equal_a_forward_over_every_row(tokenizer) -> None:  # noqa: ANN001
+    """The one prefill (what the trainer and the sampler both run): the distinct prompts encoded once and expanded to
+    their rows give the keys/values and last-token logits of a plain forward over every row; `copy=True` leaves the
+    group cache as it was (the sampler expands it once per chunk), the default expands it in place."""
+    model = make_policy(tokenizer)
+    model.eval()
+    input_ids, attention_mask, c = mixed_batch(seed=3)
+    prompt_ids, prompt_mask = input_ids[:, :-c], attention_mask[:, :-c]  # (B, P), 4 distinct prompts in 9 rows
+    first, inverse = prefix.group_prompts(prompt_ids, prompt_mask)
+    with torch.no_grad():
+        cache, out = prefix.prefill(
+            model, prompt_ids[first], prompt_mask[first], prefix.mask_positions(prompt_mask[first]), logits_to_keep=1
+        )
+        plain = model(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            position_ids=prefix.mask_positions(prompt_mask),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    assert cache.layers[0].keys.shape[0] == first.numel() == 4
+    kept = [layer.keys.clone() for layer in cache.layers]
+    expanded = prefix.expand_cache(cache, inverse, copy=True)
+    assert all(torch.equal(layer.keys, k) for layer, k in zip(cache.layers, kept, strict=True))  # untouched
+    real = prompt_mask.bool()[:, None, :, None]  # (B, 1, P, 1): padding keys/values are masked, so never read
+    assert len(expanded.layers) == len(plain.past_key_values.layers) == SPEC.num_hidden_layers
+    for got, ref in zip(expanded.layers, plain.past_key_values.layers, strict=True):
+        assert got.keys.shape == ref.keys.shape  # (B, heads, P, d)
+        torch.testing.assert_close(got.keys * real, ref.keys * real, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.values * real, ref.values * real, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out.logits[inverse], plain.logits, rtol=1e-5, atol=1e-5)
+    assert prefix.expand_cache(cache, inverse) is cache and cache.layers[0].keys.shape[0] == input_ids.size(0)
+    assert prefix.mask_positions(torch.tensor([[0, 0, 1, 1, 1]])).tolist() == [[0, 0, 0, 1, 2]]
+
+
 def test_unsupported_configurations(tokenizer) -> None:  # noqa: ANN001
     model = make_policy(tokenizer)
     input_ids, attention_mask, c = mixed_batch()

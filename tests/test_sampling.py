@@ -148,6 +148,34 @@ def test_greedy_with_many_samples_warns_once_and_repeats(tiny_model_and_tokenize
         sample_completions(model, tok, PROMPTS[:1], 2, temperature=0, max_new_tokens=2)
 
 
+def test_prompts_are_encoded_once_per_group_by_the_shared_prefill(tiny_model_and_tokenizer, monkeypatch):  # noqa: ANN001
+    """The sampler's prompt forward is `gapo.prefix.prefill` (the trainer's too), run once per group of prompts, never
+    once per sample; each chunk expands the group cache with `gapo.prefix.expand_cache`."""
+    from gapo import prefix
+    from gapo.sampling import transformers_backend
+
+    model, tok = tiny_model_and_tokenizer
+    prefilled: list[int] = []
+    expanded: list[int] = []
+
+    def counting_prefill(module, input_ids, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        prefilled.append(input_ids.shape[0])
+        return prefix.prefill(module, input_ids, *args, **kwargs)
+
+    def counting_expand(cache, rows, copy=False):  # noqa: ANN001, ANN202
+        expanded.append(len(rows))
+        return prefix.expand_cache(cache, rows, copy=copy)
+
+    monkeypatch.setattr(transformers_backend, "prefill", counting_prefill)
+    monkeypatch.setattr(transformers_backend, "expand_cache", counting_expand)
+    sample_completions(model, tok, PROMPTS, 4, max_new_tokens=2, batch_size=64)
+    assert prefilled == [3] and expanded == [12]  # one forward over the 3 prompts, one chunk of 12 samples
+    prefilled.clear()
+    expanded.clear()
+    sample_completions(model, tok, PROMPTS, 4, max_new_tokens=2, batch_size=3)
+    assert prefilled == [1, 1, 1] and expanded == [3, 1] * 3  # a group per prompt, its 4 samples in 2 chunks
+
+
 def test_works_on_a_peft_model(tiny_model_and_tokenizer):  # noqa: ANN001
     from peft import LoraConfig, get_peft_model
 

@@ -5,9 +5,12 @@ Why this module exists: every evaluation in the paper draws many samples of the 
 batch size 1; on two CPU cores that is ~10x slower per token than a batch of 100. So the transformers backend
 
 1. encodes each distinct prompt once (prompts of a group are left-padded into one forward pass),
-2. copies the prompt's KV cache to the rows that continue it (``cache.batch_select_indices(rows)``), and
+2. copies the prompt's KV cache to the rows that continue it, and
 3. runs its own decoding loop over the expanded cache (temperature, top-p, min-p, EOS), dropping rows as soon
    as they emit EOS so the batch shrinks instead of decoding padding.
+
+Steps 1 and 2 are `gapo.prefix.prefill` and `gapo.prefix.expand_cache`, the prefill the trainer's shared-prompt
+generation and log-probs run too (its docstring says how the three uses differ); step 3 is this module's own.
 
 Batch layout for one prompt p with n = 6 samples and batch_size = 4 (two chunks, one prompt encoding)::
 
@@ -26,7 +29,6 @@ prompts, n, seed and batch_size give the same samples. Changing batch_size chang
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +38,7 @@ import numpy as np
 import torch
 
 from gapo.chat import ChatPrompt, render_prompt
+from gapo.prefix import expand_cache, mask_positions, prefill
 from gapo.sampling.params import SamplingParams, _check_request, _warn_greedy
 
 logger = logging.getLogger(__name__)
@@ -155,8 +158,6 @@ def _encode_group(
     model: Any, tokenizer: Any, texts: list[str], device: torch.device
 ) -> tuple[Any, torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """One forward over the group's prompts (left-padded). Returns (cache, mask or None, last logits, lengths)."""
-    from transformers import DynamicCache
-
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     if any(len(x) == 0 for x in ids):
         raise ValueError("a prompt rendered to zero tokens")
@@ -166,18 +167,9 @@ def _encode_group(
     lengths = torch.tensor([len(x) for x in ids], device=device)  # (G,)
     padded = bool((lengths < width).any())
     mask = (torch.arange(width, device=device)[None, :] >= (width - lengths)[:, None]).long() if padded else None
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0) if mask is not None else None
-    config = getattr(model, "config", None)
-    cache = DynamicCache(config=config) if config is not None else DynamicCache()
-    out = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=position_ids,
-        past_key_values=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
-    return out.past_key_values, mask, out.logits[:, -1, :].float(), lengths
+    position_ids = mask_positions(mask) if mask is not None else None
+    cache, out = prefill(model, input_ids, mask, position_ids, logits_to_keep=1)  # cache (G, P)
+    return cache, mask, out.logits[:, -1, :].float(), lengths
 
 
 def _decode_chunk(
@@ -194,8 +186,7 @@ def _decode_chunk(
     """Decode one chunk over a copy of the group cache expanded to its rows; returns token ids (EOS excluded)."""
     device = group_logits.device
     index = torch.tensor(rows, device=device)
-    cache = copy.deepcopy(group_cache)
-    cache.batch_select_indices(index)  # (B, heads, P, d) per layer: the prompt expanded to its samples
+    cache = expand_cache(group_cache, index, copy=True)  # (B, heads, P, d) per layer: the prompt, once per sample
     mask = group_mask[index] if group_mask is not None else None  # (B, P) or None
     positions = group_lengths[index].clone()  # next position id per row
     logits = group_logits[index]  # (B, V)
