@@ -86,7 +86,8 @@ def require_cuda(what: str) -> None:
 
 
 def lora_config(args: Any) -> Any:
-    """The PEFT LoRA config for a GAPOConfig (the PEFT path; Unsloth gets the same numbers in `load_policy`)."""
+    """The PEFT LoRA config for a GAPOConfig or SFTConfig (their `lora_*` fields, defaults in `gapo.defaults`); the
+    PEFT path: Unsloth gets the same numbers in `load_policy`."""
     from peft import LoraConfig
 
     return LoraConfig(

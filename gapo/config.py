@@ -2,6 +2,10 @@
 
 Each field's docstring-like `help` metadata becomes its `--help` text (cleanrl style). Flags use dashes
 (`--max-steps 40`); booleans take `--flag/--no-flag`; `None` defaults accept the literal `none`.
+
+The defaults several configs share live in `gapo.defaults`. In params.yaml the dataset settings likewise live in the
+`data` section only; `train` and `sft` receive them from it (`with_data_settings`), so the rows a run trains on are
+the rows `gapo data` writes.
 """
 
 from __future__ import annotations
@@ -10,12 +14,45 @@ import argparse
 import dataclasses
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
 T = TypeVar("T")
+
+#: The dataset settings: DataConfig's fields that TrainConfig and SFTConfig share (all but `out`).
+DATA_SETTINGS: tuple[str, ...] = ("num_prompts", "seed", "min_items", "max_items", "categories", "response_prefix")
+#: The params.yaml sections that take the dataset settings from the `data` section.
+DATA_USERS: tuple[str, ...] = ("train", "sft")
+
+
+def with_data_settings(sections: Mapping[str, Any], where: str = "params.yaml") -> dict[str, Any]:
+    """`sections` (params.yaml's, one profile's) with `train` and `sft` given the dataset settings of `data`.
+
+    Why: the training stages train on the file the `generate` stage writes from `data`, and the train stage checks
+    the two agree row for row; one copy of the settings keeps them in step for every profile. A setting that `data`
+    leaves out stays out (the config's default, the same for both). A section that sets one itself is a one-line
+    error: that would be a second source for it.
+    """
+    out = dict(sections)
+    data = sections.get("data")
+    if not isinstance(data, Mapping):
+        return out
+    for section in DATA_USERS:
+        if section not in sections:
+            continue
+        values = sections[section] or {}  # an empty section (`sft:`) still takes them
+        if not isinstance(values, Mapping):
+            continue
+        repeated = [k for k in DATA_SETTINGS if k in values]
+        if repeated:
+            raise ValueError(
+                f"{where}: [{section}] sets {', '.join(repeated)}, which it takes from [data]; set them in [data] only"
+            )
+        out[section] = {**{k: data[k] for k in DATA_SETTINGS if k in data}, **values}
+    return out
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
@@ -85,10 +122,12 @@ def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentPar
 def profile_section(path: str | Path, section: str) -> dict[str, Any]:
     """params.yaml's `section` as the file's active `profile:` resolves it (gapo.pipeline), so that `gapo train` in
     a profile's workspace trains what that profile's pipeline stage trains; a plain section when the file has no
-    `profiles:` mapping or the profiles do not cover the section."""
+    `profiles:` mapping or the profiles do not cover the section. Either way `train` and `sft` get the dataset
+    settings of `data` (`with_data_settings`)."""
     data = load_params(path)
     if not isinstance(data.get("profiles"), dict) or section not in data:
-        return load_params(path, section)
+        load_params(path, section)  # a missing section is a one-line error naming those there
+        return dict(with_data_settings(data, str(path))[section] or {})
     from gapo.pipeline import resolve
 
     return dict(resolve(None, path)[section])

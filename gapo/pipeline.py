@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from gapo.config import with_data_settings
 from gapo.io import atomic_dir, write_text_atomic
 
 DEFAULT_PARAMS = "params.yaml"
@@ -70,8 +71,8 @@ STAGES: dict[str, tuple[str, ...]] = {
     "creativity": ("models", "sampling", "creativity"),
     "benchmarks": ("models", "sampling", "benchmarks"),
     "coherence": ("models", "sampling", "coherence"),
-    "open_ended": ("train", "models", "sampling", "open_ended"),
-    "targets": ("train", "models", "sampling", "targets"),
+    "open_ended": ("data", "train", "models", "sampling", "open_ended"),
+    "targets": ("data", "train", "models", "sampling", "targets"),
 }
 
 #: Stage -> its notebook (run by papermill from the repository root).
@@ -91,29 +92,6 @@ NOTEBOOKS: dict[str, str] = {
 
 #: Keys of a `models` entry.
 MODEL_SPEC_KEYS = frozenset({"model", "adapter", "min_p", "label"})
-
-#: The paper's Table 1 (Qwen2.5-32B-Instruct, MPNet embeddings): task -> metric -> (baseline, GAPO), with the table's
-#: own "average" row (the text quotes slightly different averages: 0.15 -> 0.39 and 0.52 -> 0.91).
-PAPER_TABLE1: dict[str, dict[str, tuple[float, float]]] = {
-    "story": {"embedding_distance": (0.31, 0.44), "one_minus_self_bleu": (0.83, 0.95)},
-    "poem": {"embedding_distance": (0.17, 0.20), "one_minus_self_bleu": (0.73, 0.93)},
-    "haiku": {"embedding_distance": (0.10, 0.21), "one_minus_self_bleu": (0.54, 0.80)},
-    "mystery": {"embedding_distance": (0.40, 0.59), "one_minus_self_bleu": (0.67, 0.93)},
-    "dialogue": {"embedding_distance": (0.21, 0.57), "one_minus_self_bleu": (0.58, 0.85)},
-    "fruit pitch": {"embedding_distance": (0.01, 0.44), "one_minus_self_bleu": (0.16, 0.78)},
-    "joke": {"embedding_distance": (0.15, 0.37), "one_minus_self_bleu": (0.19, 0.37)},
-    "chorus": {"embedding_distance": (0.25, 0.43), "one_minus_self_bleu": (0.65, 0.94)},
-    "average": {"embedding_distance": (0.20, 0.41), "one_minus_self_bleu": (0.54, 0.82)},
-}
-
-#: The paper's Table 8 (Qwen2.5-7B-Instruct): row -> (JS, Unique@500).
-PAPER_TABLE8: dict[str, tuple[float, float]] = {
-    "Qwen2.5 7B": (0.31, 29),
-    "+ Min-p (0.05)": (0.33, 10),
-    "+ Min-p (0.1)": (0.36, 6),
-    "+ SFT": (0.19, 3),
-    "+ GAPO": (0.09, 112),
-}
 
 
 class PipelineError(ValueError):
@@ -140,7 +118,8 @@ def profile_names(params_file: str | Path = DEFAULT_PARAMS) -> list[str]:
 
 
 def resolve(profile: str | None = None, params_file: str | Path = DEFAULT_PARAMS) -> dict[str, dict[str, Any]]:
-    """Every section of `profile` (default: params.yaml's `profile:`), overrides applied and cross-checked."""
+    """Every section of `profile` (default: params.yaml's `profile:`), overrides applied and cross-checked; `train`
+    and `sft` hold the dataset settings of the resolved `data` section (`gapo.config.with_data_settings`)."""
     data = read_params(params_file)
     name = profile if profile is not None else data.get("profile", DEFAULT_PROFILE)
     profiles = data["profiles"]
@@ -169,6 +148,10 @@ def resolve(profile: str | None = None, params_file: str | Path = DEFAULT_PARAMS
     unknown_sections = sorted(set(overrides) - set(sections))
     if unknown_sections:
         raise PipelineError(f"profile {name!r} overrides unknown sections: {', '.join(unknown_sections)}")
+    try:  # `train` and `sft` take the dataset settings from `data`, as this profile resolves it
+        resolved = with_data_settings(resolved, f"{params_file} (profile {name!r})")
+    except ValueError as err:
+        raise PipelineError(str(err)) from None
     _check_models(name, resolved)
     resolved["profile"] = {"name": name}
     return resolved

@@ -217,7 +217,8 @@ def group_reward(fn: Callable[..., list[float]]) -> Callable[..., list[float]]:
     """Mark `fn(prompts, completions, **dataset_columns) -> list[float]` as group-aware.
 
     GAPOTrainer then calls it once per group, with exactly the G completions of one prompt, after gathering the
-    group from every process. Works on functions and on callable objects (set on the instance).
+    group from every process, and with the other keyword arguments TRL gives a per-completion reward (`TRAINER_KWARGS`;
+    the per-row ones sliced to the group). Works on functions and on callable objects (set on the instance).
     """
     setattr(fn, GROUP_REWARD_ATTR, True)
     return fn
@@ -227,8 +228,35 @@ def is_group_reward(fn: Any) -> bool:
     return bool(getattr(fn, GROUP_REWARD_ATTR, False))
 
 
+#: Attribute set by `dataset_check`: what a reward checks of a training dataset before any generation.
+DATASET_CHECK_ATTR = "_gapo_dataset_check"
+
+
+def dataset_check(check: Callable[[Any], None]) -> Callable[[Any], Any]:
+    """Attach `check(dataset)` to a reward: it raises a one-line ValueError for rows the reward could not score.
+
+    GAPOTrainer runs it when it is built (`gapo.trainer.check_reward_inputs`), so a bad `items` row stops the run
+    before a generation, and the trainer needs no knowledge of any task's columns.
+    """
+
+    def attach(fn: Any) -> Any:
+        setattr(fn, DATASET_CHECK_ATTR, check)
+        return fn
+
+    return attach
+
+
+def run_dataset_check(fn: Any, dataset: Any) -> None:
+    """Run the check `dataset_check` attached to reward `fn` (none: nothing to check)."""
+    check = getattr(fn, DATASET_CHECK_ATTR, None)
+    if check is not None:
+        check(dataset)
+
+
 #: Keyword arguments the trainer supplies itself; any other parameter without a default is a dataset column.
-TRAINER_KWARGS = frozenset({"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric"})
+TRAINER_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
 
 
 def required_columns(fn: Any) -> list[str]:
@@ -296,28 +324,60 @@ def group_answers(
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def _check_items(dataset: Any) -> None:
+    from gapo.tasks.lists import validate_items_column
+
+    validate_items_column(dataset)
+
+
+def _check_items_and_target(dataset: Any) -> None:
+    from gapo.tasks.targets import validate_target_column
+
+    _check_items(dataset)
+    validate_target_column(dataset)
+
+
+@dataset_check(_check_items)
 @group_reward
 def frequency_reward(
-    prompts: list[Any], completions: list[Any], items: list[Sequence[str]], **kwargs: Any
+    prompts: list[Any],
+    completions: list[Any],
+    items: list[Sequence[str]],
+    log_metric: Callable[[str, float], None] | None = None,
+    **kwargs: Any,
 ) -> list[float]:
-    """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`."""
+    """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`.
+
+    Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (`gapo.tasks.lists.group_diversity_stats`).
+    """
+    from gapo.tasks.lists import log_group_diversity
+
     answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
+    log_group_diversity(log_metric, answers, items[0])
     return frequency_aware_rewards(answers, items[0])
 
 
 frequency_reward.__name__ = "frequency"
 
 
+@dataset_check(_check_items_and_target)
 @group_reward
 def target_distribution_reward(
     prompts: list[Any],
     completions: list[Any],
     items: list[Sequence[str]],
     target: list[Mapping[str, float] | Sequence[float]],
+    log_metric: Callable[[str, float], None] | None = None,
     **kwargs: Any,
 ) -> list[float]:
-    """`target_distribution_rewards` as a group reward: valid items from column `items`, p from column `target`."""
+    """`target_distribution_rewards` as a group reward: valid items from column `items`, p from column `target`.
+
+    Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (here the JSD to the target).
+    """
+    from gapo.tasks.lists import log_group_diversity
+
     answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
+    log_group_diversity(log_metric, answers, items[0], target[0])
     return target_distribution_rewards(answers, items[0], target[0])
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gapo import defaults
 from gapo.io import atomic_dir, temp_glob, write_text_atomic
 
 logger = logging.getLogger(__name__)
@@ -39,14 +40,15 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class TrainConfig:
-    """Everything a GAPO training run needs; params.yaml's `train` section mirrors it."""
+    """Everything a GAPO training run needs; params.yaml's `train` section mirrors it (the dataset settings come from
+    its `data` section). Shared defaults (the paper's, the data's) are `gapo.defaults`'."""
 
     model: str = field(default="embedded", metadata={"help": "hub id, local directory, 'embedded' or 'tiny-random'"})
     output_dir: str = field(default="runs/gapo", metadata={"help": "where the adapter, checkpoints and metrics go"})
-    seed: int = field(default=0, metadata={"help": "seed for data, sampling and LoRA init"})
-    num_prompts: int = field(default=512, metadata={"help": "size of the synthetic training set"})
-    min_items: int = field(default=4, metadata={"help": "shortest list in a prompt"})
-    max_items: int = field(default=12, metadata={"help": "longest list in a prompt"})
+    seed: int = defaults.SEED.field("seed for data, sampling and LoRA init")
+    num_prompts: int = defaults.NUM_PROMPTS.field("size of the synthetic training set")
+    min_items: int = defaults.MIN_ITEMS.field()
+    max_items: int = defaults.MAX_ITEMS.field()
     task: str = field(
         default="lists",
         metadata={
@@ -55,29 +57,26 @@ class TrainConfig:
             "target distribution, target-distribution reward"
         },
     )
-    categories: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "comma-separated subset of categories (lists/targets: tasks.lists.CATEGORIES; open: lexicons)"
-        },
+    categories: list[str] | None = defaults.CATEGORIES.field(
+        "comma-separated subset of categories (lists/targets: tasks.lists.CATEGORIES; open: lexicons)"
     )
     equivalence: str = field(
         default="normalized",
         metadata={"help": "task open: when two answers are the same class (gapo.equivalence spec, e.g. normalized)"},
     )
-    response_prefix: str | None = field(default=None, metadata={"help": "pre-filled answer start, e.g. '<answer>'"})
-    num_generations: int = field(default=32, metadata={"help": "G, completions per prompt (paper: 32)"})
+    response_prefix: str | None = defaults.RESPONSE_PREFIX.field()
+    num_generations: int = defaults.NUM_GENERATIONS.field()
     per_device_train_batch_size: int = field(default=32, metadata={"help": "completions per device micro-batch"})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
     max_steps: int = field(default=40, metadata={"help": "optimizer steps"})
-    learning_rate: float = field(default=1e-5, metadata={"help": "paper: 1e-5"})
-    lora_r: int = field(default=64, metadata={"help": "LoRA rank (paper: 64)"})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (paper: 32)"})
-    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout (paper: 0.1)"})
-    lora_target_modules: list[str] | None = field(default=None, metadata={"help": "default: all attention+MLP"})
+    learning_rate: float = defaults.LEARNING_RATE.field()
+    lora_r: int = defaults.LORA_R.field()
+    lora_alpha: int = defaults.LORA_ALPHA.field()
+    lora_dropout: float = defaults.LORA_DROPOUT.field()
+    lora_target_modules: list[str] | None = defaults.LORA_TARGET_MODULES.field()
     max_completion_length: int = field(default=16, metadata={"help": "tokens generated per completion"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature during training"})
-    beta: float = field(default=0.0, metadata={"help": "KL coefficient (paper: 0)"})
+    beta: float = defaults.BETA.field()
     save_steps: int = field(default=10, metadata={"help": "checkpoint interval in steps (what --resume can lose)"})
     save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept"})
     logging_steps: int = field(default=1, metadata={"help": "log every N steps"})

@@ -18,7 +18,7 @@ that all rows end in the same column; the completion of row i fills its last c_i
                           ^^^^^^^^^^^^^^^^^^^^^^^^ labelled
 
 The step loss is the mean over the batch's prompts of L(prompt). Paper settings are not given for this baseline;
-we reuse GAPO's LoRA (r 64, alpha 32, dropout 0.1) and learning rate (1e-5).
+we reuse GAPO's LoRA (r 64, alpha 32, dropout 0.1, all linear layers) and learning rate (1e-5): `gapo.defaults`.
 
 CPU smoke run::
 
@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from gapo import defaults
 from gapo.chat import render_prompt
 from gapo.io import atomic_dir
 
@@ -48,22 +49,25 @@ TARGET_TEMPLATE = "<answer>{item}</answer>"
 
 @dataclass
 class SFTConfig:
-    """Settings of `gapo sft` (section ``sft`` of params.yaml)."""
+    """Settings of `gapo sft` (section ``sft`` of params.yaml, which takes the dataset settings from ``data``)."""
 
     model: str = field(default="embedded", metadata={"help": "Base model: hub id, local dir, embedded, tiny-random."})
     output_dir: str = field(default="outputs/sft", metadata={"help": "Where the LoRA adapter is saved."})
     steps: int = field(default=200, metadata={"help": "Optimizer steps."})
     batch_size: int = field(default=8, metadata={"help": "Prompts per step (each expands to one row per item)."})
-    learning_rate: float = field(default=1e-5, metadata={"help": "AdamW learning rate (the paper's GAPO value)."})
+    learning_rate: float = defaults.LEARNING_RATE.field("AdamW learning rate (the paper's GAPO value, 1e-5)")
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
-    lora_r: int = field(default=64, metadata={"help": "LoRA rank (paper: 64)."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (paper: 32)."})
-    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout (paper: 0.1)."})
-    num_prompts: int = field(default=2000, metadata={"help": "Synthetic list prompts generated for training."})
-    min_items: int = field(default=4, metadata={"help": "Shortest list (paper: 4)."})
-    max_items: int = field(default=12, metadata={"help": "Longest list (paper: 12)."})
-    seed: int = field(default=0, metadata={"help": "Seed for data, order and LoRA init."})
+    lora_r: int = defaults.LORA_R.field()
+    lora_alpha: int = defaults.LORA_ALPHA.field()
+    lora_dropout: float = defaults.LORA_DROPOUT.field()
+    lora_target_modules: list[str] = defaults.LORA_TARGET_MODULES.field()
+    num_prompts: int = defaults.NUM_PROMPTS.field("synthetic list prompts generated for training (without a dataset)")
+    min_items: int = defaults.MIN_ITEMS.field()
+    max_items: int = defaults.MAX_ITEMS.field()
+    categories: list[str] | None = defaults.CATEGORIES.field()
+    response_prefix: str | None = defaults.RESPONSE_PREFIX.field()
+    seed: int = defaults.SEED.field("seed for data, order and LoRA init")
     log_every: int = field(default=10, metadata={"help": "Log the loss every this many steps."})
 
     def __post_init__(self) -> None:
@@ -159,18 +163,14 @@ class SFTResult:
 
 
 def lora_model(model: Any, config: SFTConfig) -> Any:
-    """Wrap `model` with a fresh trainable LoRA on every linear layer (seeded)."""
-    from peft import LoraConfig, get_peft_model
+    """Wrap `model` with a fresh trainable LoRA on `config.lora_target_modules` (seeded), built as GAPO's is
+    (`gapo.backends.lora_config`)."""
+    from peft import get_peft_model
+
+    from gapo.backends import lora_config
 
     torch.manual_seed(config.seed)
-    lora = LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules="all-linear",
-        task_type="CAUSAL_LM",
-    )
-    return get_peft_model(model, lora)
+    return get_peft_model(model, lora_config(config))
 
 
 def train_sft(
@@ -183,7 +183,7 @@ def train_sft(
 
     `model`/`tokenizer` default to `load_model_and_tokenizer(config.model)`; a model that is already a PeftModel is
     trained as is. `dataset` (rows with ``prompt`` and ``items``) defaults to
-    `gapo.tasks.lists.make_list_selection_dataset(config.num_prompts, config.seed, config.min_items, config.max_items)`.
+    `gapo.tasks.lists.make_list_selection_dataset` with `config`'s dataset settings (those of `gapo data`).
     """
     from peft import PeftModel
 
@@ -194,7 +194,14 @@ def train_sft(
 
         model, tokenizer = load_model_and_tokenizer(config.model)
     if dataset is None:
-        dataset = make_list_selection_dataset(config.num_prompts, config.seed, config.min_items, config.max_items)
+        dataset = make_list_selection_dataset(
+            config.num_prompts,
+            config.seed,
+            config.min_items,
+            config.max_items,
+            config.categories,
+            config.response_prefix,
+        )
     prompts, items = list(dataset["prompt"]), list(dataset["items"])
     if not prompts:
         raise ValueError("the SFT dataset is empty")

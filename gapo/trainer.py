@@ -8,23 +8,28 @@ How GAPO differs from GRPO (Anschel et al. 2025, section 4), and nothing else:
 TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump):
 - `_calculate_rewards`: TRL scores each process's local slice, and a group can be split across processes
   (huggingface/trl#3896). Here prompts, completions and columns are gathered, each group reward runs on whole groups
-  on the main process and is broadcast, and TRL's own path still runs the per-completion rewards.
+  on the main process, with the keyword arguments TRL gives per-completion rewards, and is broadcast; TRL's own path
+  still runs the per-completion rewards.
 - `_tokenize_prompts`: a prompt ending in an assistant turn (a pre-fill such as "<answer>") is continued, not closed.
 - `_generate_single_turn` (CPU speed only): each distinct prompt is prefilled once per group (gapo.prefix).
-- `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once.
+- `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once, in
+  TRL's `batch_size` row chunks.
 The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported). On CUDA they
 are off by default (measured slower there, docs/performance.md) and generation instead uses a static KV cache with
-a compiled decode step (`static_cache_generation`), a setting of TRL's own GenerationConfig.
+a compiled decode step (`static_cache_generation`), a setting of TRL's own GenerationConfig. The trainer knows no
+task: a reward checks its dataset columns itself (`gapo.rewards.dataset_check`) and logs its own metrics through
+TRL's `log_metric` (the list rewards log `diversity/*`).
 
 Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process 1's, ...)::
 
     global rows:  [p0 p0 p0 p0 | p1 p1 p1 p1 | ...]     G = 4 rows per group, groups contiguous
     process 0:    [p0 p0 | ...]  process 1: [p0 p0 | ...]   <- a group split in halves on 2 processes
 
-Running it:
-    gapo train --max-steps 40 --num-generations 16                       # CPU, the offline embedded model
-    gapo train --model Qwen/Qwen2.5-7B-Instruct --backend unsloth        # one GPU, the paper's G=32, LoRA r=64
-    accelerate launch --config_file configs/accelerate/ddp.yaml -m gapo.cli train ...   # several GPUs (README)
+Running it (`gapo train --help` lists every flag; without --no-params they default to params.yaml's `train`):
+    gapo train --max-steps 40 --num-generations 16 --output-dir runs/cpu    # CPU: the offline embedded model
+    # one GPU, PEFT, the paper's settings (gapo.defaults: G=32, lr 1e-5, LoRA r=64 alpha=32 on all linear layers):
+    HF_HUB_OFFLINE=0 gapo train --no-params --model Qwen/Qwen2.5-7B-Instruct --gradient-accumulation-steps 8
+    accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 8 -m gapo.cli train ...  # 8 GPUs
 From Python: `gapo.backends.load_policy` gives (model, tokenizer, peft_config) for `GAPOTrainer(...)`.
 """
 
@@ -38,15 +43,9 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
-from gapo import chat
+from gapo import chat, defaults
 from gapo.backends import BACKENDS
-from gapo.rewards import (
-    completion_text,
-    extract_answer,
-    is_group_reward,
-    required_columns,
-    validate_group_rewards,
-)
+from gapo.rewards import is_group_reward, required_columns, run_dataset_check, validate_group_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -57,25 +56,23 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class GAPOConfig(GRPOConfig):
-    """GRPOConfig with the paper's settings (Appendix F) where TRL's defaults differ, plus LoRA and speed switches.
+    """GRPOConfig with the paper's settings (Appendix F, `gapo.defaults`) where TRL's differ, plus LoRA and speed
+    switches.
 
     Precision follows the device: on CUDA bf16 with gradient checkpointing (TRL's defaults); on CPU float32 without
     checkpointing, since CPUs without bf16 units spend tens of minutes per step in bf16 backward.
     """
 
-    num_generations: int | None = field(default=32, metadata={"help": "G, completions per prompt (paper: 32)."})
-    beta: float = field(default=0.0, metadata={"help": "KL coefficient; the paper uses no KL penalty."})
-    learning_rate: float = field(default=1e-5, metadata={"help": "Paper: 1e-5."})
+    num_generations: int | None = defaults.NUM_GENERATIONS.field()
+    beta: float = defaults.BETA.field()
+    learning_rate: float = defaults.LEARNING_RATE.field()
     bf16: bool | None = field(default=None, metadata={"help": "None: True on CUDA with bf16 support, else False."})
     gradient_checkpointing: bool | None = field(default=None, metadata={"help": "None: True on CUDA, else False."})
     report_to: Any = field(default="none", metadata={"help": "Where to send logs (TRL/transformers integrations)."})
-    lora_r: int = field(default=64, metadata={"help": "LoRA rank (paper: 64)."})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha (paper: 32)."})
-    lora_dropout: float = field(default=0.1, metadata={"help": "LoRA dropout (paper: 0.1)."})
-    lora_target_modules: list[str] | str = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        metadata={"help": "Modules that get LoRA adapters."},
-    )
+    lora_r: int = defaults.LORA_R.field()
+    lora_alpha: int = defaults.LORA_ALPHA.field()
+    lora_dropout: float = defaults.LORA_DROPOUT.field()
+    lora_target_modules: list[str] | str = defaults.LORA_TARGET_MODULES.field()
     backend: str = field(
         default="auto",
         metadata={"help": "auto, unsloth or peft: the LoRA backend (gapo.backends); auto is PEFT for now."},
@@ -166,35 +163,9 @@ def compute_group_rewards(
     return rewards
 
 
-def group_diversity_stats(
-    prompts: list[Any],
-    completions: list[Any],
-    items: list[Any],
-    group_size: int,
-    targets: list[Any] | None = None,
-) -> dict[str, float]:
-    """Valid fraction and mean JSD of the training groups from uniform over their items (or from each row's
-    `target` distribution, when the dataset carries one). Answers match items as the rewards match them
-    (`gapo.equivalence.match_item`), so the metric and the reward never disagree about what is valid."""
-    from gapo.equivalence import match_item
-    from gapo.eval.metrics import jsd_from_uniform, jsd_to_target
-
-    answers = [
-        match_item(extract_answer(completion_text(p, c)), items[i])
-        for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
-    ]
-    groups = split_groups(len(answers), group_size)
-    jsds = [
-        jsd_from_uniform([answers[i] for i in rows], items[rows.start])
-        if targets is None
-        else jsd_to_target([answers[i] for i in rows], items[rows.start], targets[rows.start])
-        for rows in groups
-    ]
-    return {"valid_fraction": sum(a is not None for a in answers) / len(answers), "group_jsd": sum(jsds) / len(jsds)}
-
-
-def check_reward_columns(reward_funcs: Any, dataset: Any) -> None:
-    """One line, before any model work, for a reward that needs a dataset column the dataset lacks."""
+def check_reward_inputs(reward_funcs: Any, dataset: Any) -> None:
+    """One line, before any model work, for a reward that needs a dataset column the dataset lacks, or whose own
+    check (`gapo.rewards.dataset_check`: the list rewards' `items`, say) rejects a row."""
     columns = getattr(dataset, "column_names", None)
     if reward_funcs is None or columns is None:
         return
@@ -206,6 +177,7 @@ def check_reward_columns(reward_funcs: Any, dataset: Any) -> None:
                 f"reward {name!r} needs dataset column(s) {', '.join(map(repr, missing))}; "
                 f"the training dataset has: {', '.join(columns)}"
             )
+        run_dataset_check(func, dataset)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -217,21 +189,13 @@ class GAPOTrainer(GRPOTrainer):
     """GRPOTrainer whose `reward_funcs` may include group rewards (see module docstring).
 
     Takes TRL's arguments: `model, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config, ...`.
-    Logged per step, besides TRL's metrics: `rewards/mean`, `rewards/std`, `diversity/valid_fraction`,
-    `diversity/group_jsd` (mean JSD of the training groups from uniform over their items, when the dataset has an
-    `items` column) and `train/frac_zero_std_groups`.
+    Logged per step, besides TRL's metrics: `rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` over the
+    weighted sum of all rewards, and whatever the rewards log through `log_metric` (the list rewards:
+    `diversity/valid_fraction`, `diversity/group_jsd`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        train_dataset = kwargs.get("train_dataset")
-        check_reward_columns(kwargs.get("reward_funcs"), train_dataset)
-        if train_dataset is not None and "items" in getattr(train_dataset, "column_names", []):
-            from gapo.tasks.lists import validate_items_column
-            from gapo.tasks.targets import validate_target_column
-
-            validate_items_column(train_dataset)
-            if "target" in train_dataset.column_names:
-                validate_target_column(train_dataset)
+        check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
         super().__init__(*args, **kwargs)
         self._shared_prompt_note: str | None = None
         if self.args.static_cache_generation and not self.use_vllm:
@@ -270,6 +234,12 @@ class GAPOTrainer(GRPOTrainer):
         all_completions = gather_object(list(completions))
         all_columns = {k: gather_object([x[k] for x in inputs]) for k in keys}
         all_columns["completion_ids"] = gather_object([list(ids) for ids in completion_ids_list])
+        if self.environments is not None:  # TRL's live per-row environment objects: only this process holds them
+            if self.accelerator.num_processes == 1:
+                all_columns["environments"] = list(self.environments)
+            elif not getattr(self, "_warned_environments", False):
+                self._warned_environments = True
+                logger.warning("group rewards get no `environments` with several processes (they are per process)")
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
 
@@ -299,7 +269,7 @@ class GAPOTrainer(GRPOTrainer):
         payload = broadcast_object_list(payload, from_process=0)
         for column, values in zip(group_idx, payload[0], strict=True):
             rewards[:, column] = torch.tensor(values, dtype=torch.float32, device=device)
-        self._log_group_metrics(mode, rewards, all_prompts, all_completions, all_columns, group_size)
+        self._log_group_metrics(mode, rewards, group_size)
         return rewards
 
     def _group_log_extra(self, column: str, values: list) -> None:
@@ -325,7 +295,8 @@ class GAPOTrainer(GRPOTrainer):
         finally:
             self.reward_funcs, self.reward_processing_classes, self.reward_func_names = saved
 
-    def _log_group_metrics(self, mode, rewards, prompts, completions, columns, group_size):  # noqa: ANN001, ANN202
+    def _log_group_metrics(self, mode: str, rewards: torch.Tensor, group_size: int) -> None:
+        """`rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` of the weighted reward sum (B_global, F)."""
         weights = self.reward_weights.to(rewards.device)
         total = (rewards * weights).nansum(dim=1)  # (B_global,)
         grouped = total.view(-1, group_size)  # (num_groups, G)
@@ -334,10 +305,6 @@ class GAPOTrainer(GRPOTrainer):
         metrics["rewards/std"].append(total.std().item() if total.numel() > 1 else 0.0)
         zero_std = torch.isclose(grouped.std(dim=1), torch.zeros(1, device=grouped.device))
         metrics["train/frac_zero_std_groups"].append(zero_std.float().mean().item())
-        if "items" in columns:
-            stats = group_diversity_stats(prompts, completions, columns["items"], group_size, columns.get("target"))
-            metrics["diversity/valid_fraction"].append(stats["valid_fraction"])
-            metrics["diversity/group_jsd"].append(stats["group_jsd"])
 
     # -- shared-prompt generation --------------------------------------------------------------------------------
 
@@ -380,6 +347,7 @@ class GAPOTrainer(GRPOTrainer):
                     logits_to_keep,
                     compute_entropy=compute_entropy,
                     temperature=self.temperature,
+                    batch_size=batch_size,  # TRL's memory chunking of the old/reference passes, kept
                 )
                 return logps, entropies, None
             except prefix.Unsupported as why:

@@ -36,3 +36,62 @@ def tiny_model_and_tokenizer():  # noqa: ANN201
     from gapo.models import load_model_and_tokenizer
 
     return load_model_and_tokenizer("tiny-random", device="cpu")
+
+
+#: GAPOConfig values for a trainer that takes a real step on tiny-random in seconds (two groups of G=4 a step).
+TINY_GAPO = {
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "max_steps": 2,
+    "max_completion_length": 6,
+    "learning_rate": 1e-2,
+    "lora_r": 4,
+    "lora_alpha": 8,
+    "lora_dropout": 0.0,
+    "logging_steps": 1,
+    "save_strategy": "no",
+    "seed": 0,
+}
+
+
+@pytest.fixture()
+def tiny_gapo_args(tmp_path):  # noqa: ANN001, ANN201
+    """`make(**overrides) -> GAPOConfig`: `TINY_GAPO` writing to tmp_path/out, with `overrides` on top."""
+    from gapo.trainer import GAPOConfig
+
+    def make(**overrides):  # noqa: ANN003, ANN202
+        return GAPOConfig(**{"output_dir": str(tmp_path / "out"), **TINY_GAPO, **overrides})
+
+    return make
+
+
+@pytest.fixture()
+def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
+    """`make(reward_funcs=None, train_dataset=None, lora=True, **config overrides) -> GAPOTrainer` on tiny-random.
+
+    Defaults: `frequency_reward`, 8 list prompts pre-filled with "<answer>" (seed 0), a LoRA adapter built from the
+    config (`gapo.backends.lora_config`); a fresh model each call.
+    """
+    from gapo.backends import lora_config
+    from gapo.models import load_model_and_tokenizer
+    from gapo.rewards import frequency_reward
+    from gapo.tasks.lists import make_list_selection_dataset
+    from gapo.trainer import GAPOTrainer
+
+    def make(reward_funcs=None, train_dataset=None, lora=True, **overrides):  # noqa: ANN001, ANN003, ANN202
+        args = tiny_gapo_args(**overrides)
+        model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
+        return GAPOTrainer(
+            model=model,
+            reward_funcs=reward_funcs if reward_funcs is not None else [frequency_reward],
+            args=args,
+            train_dataset=(
+                train_dataset
+                if train_dataset is not None
+                else make_list_selection_dataset(8, seed=0, response_prefix="<answer>")
+            ),
+            processing_class=tokenizer,
+            peft_config=lora_config(args) if lora else None,
+        )
+
+    return make

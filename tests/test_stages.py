@@ -1,23 +1,42 @@
-"""The issue-13 stages (`gapo.stages`) end to end at smoke sizes on tiny-random: real training steps, real sampling,
-real files; plus `gapo train --task` and the two evaluation functions on known answers.
+"""Every pipeline stage function (`gapo.stages.<stage>.run`) end to end at smoke sizes on tiny-random: real training
+steps, real sampling, real files; plus `gapo train --task` and the issue-13 evaluations on known answers.
 
-About 40 s on an idle 2-core machine (three tiny training runs of 1-2 steps, tiny sampling).
+The stages run as DVC runs them, in one directory: generate writes the data the training stages read, train_gapo
+and train_sft write the adapters the evaluation stages load, open_set's metrics feed uniformity's Table 8. Every path
+a stage reads or writes is moved under a temporary directory; nothing is written to the repository.
+About 70 s on a 2-core machine (four tiny training runs of 2 steps, tiny sampling, a few benchmark problems).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from gapo import pipeline, plotting
 from gapo.eval.experiments import target_jsd, valid_unique
 from gapo.eval.metrics import jsd_to_target
-from gapo.run import TrainConfig, task_data, train
-from gapo.stages import extensions as stages
+from gapo.eval.paper import PAPER_TABLE1, PAPER_TABLE8
+from gapo.run import TrainConfig, task_data
+from gapo.stages import (
+    benchmarks,
+    bias,
+    coherence,
+    creativity,
+    generate,
+    open_ended,
+    open_set,
+    targets,
+    train_gapo,
+    train_sft,
+    uniformity,
+)
+from gapo.stages.common import StageResult, split_categories
 from gapo.tasks.open_ended import LEXICON_SOURCES, VALIDITY_UNCHECKED
 from gapo.tasks.targets import unseen_target_rows
 
@@ -25,29 +44,279 @@ REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
 
 
-@pytest.fixture(scope="module")
-def list_adapter(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A list-trained GAPO adapter (task lists, one real step), standing in for stage train_gapo's."""
-    train_section = pipeline.stage_params("open_ended", "smoke", PARAMS)["train"]
-    out = tmp_path_factory.mktemp("list-gapo") / "run"
-    train(TrainConfig(**{**train_section, "output_dir": str(out), "max_steps": 1, "save_steps": 1}))
-    return out / "adapter"
-
-
-def _params(stage: str, tmp_path: Path, list_adapter: Path) -> dict[str, Any]:
-    """The smoke profile's parameters of `stage`, its paths moved under `tmp_path`."""
+def _params(stage: str, root: Path, **overrides: dict[str, Any]) -> dict[str, Any]:
+    """The smoke profile's parameters of `stage`, every path it reads or writes moved under `root`, `overrides`
+    ({section: {key: value}}) on top."""
     P = copy.deepcopy(pipeline.stage_params(stage, "smoke", PARAMS))
-    P[stage].update(output_dir=str(tmp_path / "run"), adapter=str(tmp_path / "adapter"))
-    P["models"]["gapo"]["adapter"] = str(list_adapter)
+    if "data" in P:
+        P["data"]["out"] = str(root / P["data"]["out"])
+    if "sft" in P:
+        P["sft"]["output_dir"] = str(root / P["sft"]["output_dir"])
+    for spec in P.get("models", {}).values():
+        if spec.get("adapter"):
+            spec["adapter"] = str(root / spec["adapter"])
+    if stage in ("open_ended", "targets"):
+        P[stage].update(output_dir=str(root / "runs" / stage), adapter=str(root / "models" / stage))
+    for section, values in overrides.items():
+        P[section].update(values)
     return P
 
 
-def test_open_ended_stage_trains_and_compares_base_list_and_open_gapo(tmp_path: Path, list_adapter: Path) -> None:
-    P = _params("open_ended", tmp_path, list_adapter)
-    result = stages.open_ended(P, raw_dir=tmp_path / "raw")
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stages' working directory (the repository root, for DVC)."""
+    return tmp_path_factory.mktemp("stages")
+
+
+@pytest.fixture(scope="module")
+def trained(root: Path) -> dict[str, StageResult]:
+    """Stages generate, train_gapo and train_sft in dvc.yaml's order: the data and the adapters later stages read."""
+    done = {"generate": generate.run(_params("generate", root))}
+    done["train_gapo"] = train_gapo.run(
+        _params("train_gapo", root), runs_dir=root / "outputs" / "runs", adapters_dir=root / "models" / "gapo"
+    )
+    done["train_sft"] = train_sft.run(_params("train_sft", root))
+    return done
+
+
+def _written(result: StageResult, out: Path) -> dict[str, Path]:
+    """Write `result` under `out`; check each file reads back as the table or document it came from."""
+    paths = dict(zip(result.files, result.write(out), strict=True))
+    for name, path in paths.items():
+        if name in result.tables:
+            assert len(pd.read_csv(path)) == len(result.tables[name]), name
+        else:
+            document = result.metrics if name == "metrics" else result.documents[name]
+            assert json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(pipeline._clean(document)))
+    return paths
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# StageResult
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_stage_result_writes_tables_as_csv_and_documents_as_json(tmp_path: Path) -> None:
+    table = pd.DataFrame({"model": ["a", "b"], "x": [0.5, float("nan")]})
+    result = StageResult(
+        {"t": table, "shown_only": table}, {"models": {"a": {"x": 0.5}}, "nan": float("nan")},
+        files={"t": "results/t.csv", "metrics": "metrics/m.json", "d": "results/d.json"}, documents={"d": {"k": [1]}},
+    )  # fmt: skip
+    paths = result.write(tmp_path)
+    assert paths == [tmp_path / "results/t.csv", tmp_path / "metrics/m.json", tmp_path / "results/d.json"]
+    assert (tmp_path / "results/t.csv").read_text() == "model,x\na,0.5\nb,\n"
+    assert json.loads((tmp_path / "metrics/m.json").read_text()) == {"models": {"a": {"x": 0.5}}, "nan": None}
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["d.json", "t.csv"]  # shown_only: not written
+    with pytest.raises(KeyError, match="typo"):
+        StageResult({"t": table}, files={"typo": "results/t.csv"})
+
+
+def test_split_categories_keeps_the_first_figures_order_and_only_present_categories() -> None:
+    table = pd.DataFrame({"category": ["food", "city", "food", "color"]})
+    assert split_categories(table, ["city", "planet", "food"]) == (["city", "food"], ["color"])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Data and training stages
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_generate_stage_writes_the_dataset_and_summarises_it(root: Path, trained: dict, tmp_path: Path) -> None:
+    P = _params("generate", root)
+    result = trained["generate"]
+    rows = pipeline.read_jsonl(P["data"]["out"])
+    assert len(rows) == P["data"]["num_prompts"] == len(result.tables["rows"])
+    summary = result.tables["summary"].set_index("category")
+    assert summary["prompts"].sum() == len(rows)
+    assert summary["min_items"].min() >= P["data"]["min_items"] and summary["max_items"].max() <= P["data"]["max_items"]
+    assert list(_written(result, tmp_path)) == ["summary"]
+
+
+def test_train_gapo_stage_trains_every_policy_and_logs_each_step(root: Path, trained: dict, tmp_path: Path) -> None:
+    P = _params("train_gapo", root)
+    result = trained["train_gapo"]
+    assert result.models == list(P["policies"])
+    for name in P["policies"]:
+        assert (root / "models" / "gapo" / name / "adapter_config.json").is_file()
+        assert (root / "models" / "gapo" / name / "train_summary.json").is_file()
+    log = result.tables["train"]
+    assert len(log) == P["train"]["max_steps"] * len(P["policies"]) and list(log["step"]) == [1, 2]
+    assert list(log.columns) == [c for c in train_gapo.LOG_COLUMNS if c in log] and "rewards/mean" in log
+    assert result.tables["summary"].loc["steps"].tolist() == [P["train"]["max_steps"]]
+    _written(result, tmp_path)
+    fig = plotting.training_figure(log)
+    plotting.save(fig, tmp_path / "train.png", close=True)
+
+
+def test_train_gapo_stage_refuses_another_dataset_before_training(root: Path, trained: dict, tmp_path: Path) -> None:
+    P = _params("train_gapo", root, train={"seed": 1})
+    with pytest.raises(ValueError, match="is not the dataset the train settings build"):
+        train_gapo.run(P, runs_dir=tmp_path / "runs", adapters_dir=tmp_path / "models")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "models").exists()
+
+
+def test_train_sft_stage_writes_the_adapter_and_the_losses(root: Path, trained: dict, tmp_path: Path) -> None:
+    P = _params("train_sft", root)
+    result = trained["train_sft"]
+    assert (Path(P["sft"]["output_dir"]) / "adapter_config.json").is_file()
+    losses = result.tables["losses"]
+    assert list(losses["step"]) == list(range(1, P["sft"]["steps"] + 1)) and losses["loss"].gt(0).all()
+    _written(result, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Evaluation stages
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_bias_stage_counts_items_and_positions(root: Path, tmp_path: Path) -> None:
+    P = _params("bias", root)
+    result = bias.run(P, raw_dir=tmp_path / "raw")
+    items = result.tables["items"]
+    assert items.groupby(["part", "variant"])["share"].sum().round(9).eq(1).all()
+    assert result.tables["positions"]["count"].sum() == P["bias"]["n"]
+    assert (tmp_path / "raw" / "bias.json").is_file() and result.models == [P["bias"]["model"]]
+    assert sorted(_written(result, tmp_path)) == ["items", "positions"]
+
+
+def test_open_set_then_uniformity_stage_with_table8(root: Path, trained: dict, tmp_path: Path) -> None:
+    P = _params("open_set", root)
+    P["open_set"] = cfg = {**P["open_set"], "checked_categories": ["chemical element"]}
+    result = open_set.run(P, raw_dir=tmp_path / "raw_open_set")
+    assert result.models == cfg["models"]
+    for name, r in result.results.items():  # the whole experiment summary, plus the paper's Unique@n Table 8 reads
+        per_prompt = r.tables["per_prompt"].set_index("category")
+        assert list(per_prompt.index)[-1] == "chemical element"  # the extra lexicon-checked question, after the paper's
+        assert per_prompt.loc["chemical element", "rule"] == LEXICON_SOURCES["chemical element"]
+        paper_mean = per_prompt["unique_at_n"].iloc[:-1].mean()
+        assert result.metrics["models"][name] == {**r.summary, "mean_unique": pytest.approx(paper_mean)}
+        assert "chemical element" in r.summary["checked_categories"]
+        assert (tmp_path / "raw_open_set" / f"{name}.json").is_file()
+    with pytest.raises(ValueError, match="already among the paper's questions"):
+        open_set.asked_questions(None, ["city"])
+    present = list(dict.fromkeys(result.tables["per_prompt"]["category"]))
+    assert result.figure["fig5_categories"] == [c for c in cfg["fig5_categories"] if c in present]
+    assert result.figure["other_categories"] == [c for c in present if c not in result.figure["fig5_categories"]]
+    assert list(result.tables["curves"].columns)[-1] == "model"  # the committed CSVs keep their columns
+    _written(result, root)  # uniformity reads metrics/open_set.json from the stages' root
+
+    P = _params("uniformity", root)
+    P["uniformity"] = cfg = {**P["uniformity"], "prefill_models": ["baseline"], "prefill": "<answer>"}
+    uni = uniformity.run(P, raw_dir=tmp_path / "raw_uni", open_set_metrics=root / "metrics" / "open_set.json")
+    # without pre-fill as a user prompts; the pre-filled run of `prefill_models` beside it, as <key>_prefilled
+    assert {p.name for p in (tmp_path / "raw_uni" / "prefilled").iterdir()} == {"baseline.json"}
+    raw = json.loads((tmp_path / "raw_uni" / "prefilled" / "baseline.json").read_text())
+    prefilled = raw["summary"]
+    assert raw["config"]["response_prefix"] == "<answer>"
+    for name, r in uni.results.items():
+        extra = {f"{k}_prefilled": v for k, v in prefilled.items()} if name == "baseline" else {}
+        assert uni.metrics["models"][name] == {**r.summary, **extra}
+    table8 = uni.tables["table8"]
+    ours = table8[table8["source"] == "this run (smoke)"]
+    assert list(ours["model"]) == [uni.labels[m] for m in cfg["table8_models"]]
+    assert ours["js"].tolist() == [uni.results[m].summary["mean_jsd"] for m in cfg["table8_models"]]
+    assert ours["unique"].tolist() == [result.metrics["models"][m]["mean_unique"] for m in cfg["table8_models"]]
+    assert len(table8) - len(ours) == len(PAPER_TABLE8) and (ours["samples_per_list"] == cfg["n"]).all()
+    assert uni.figure["fig4_categories"] == [
+        c for c in cfg["fig4_categories"] if c in set(uni.tables["per_list"]["category"])
+    ]
+    assert sorted(_written(uni, tmp_path)) == ["distribution", "metrics", "per_list", "table8"]
+    fig = plotting.distribution_figure(
+        uni.tables["distribution"], uni.tables["per_list"], uni.figure["fig4_categories"], uni.figure["models"],
+        uni.labels,
+    )  # fmt: skip
+    plotting.save(fig, tmp_path / "fig4.png", close=True)
+
+
+def test_uniformity_stage_stops_before_sampling_when_open_set_lacks_a_table8_model(root: Path, tmp_path: Path) -> None:
+    (tmp_path / "open_set.json").write_text(json.dumps({"models": {"baseline": {"mean_unique": 1}}, "settings": {}}))
+    with pytest.raises(ValueError, match=r"has no \[.*'gapo'.*\]: add them to open_set.models"):
+        uniformity.run(
+            _params("uniformity", root), raw_dir=tmp_path / "raw", open_set_metrics=tmp_path / "open_set.json"
+        )
+    assert not (tmp_path / "raw").exists()
+
+
+def test_table1_puts_the_average_and_the_papers_values_beside_ours() -> None:
+    frame = pd.DataFrame(
+        {
+            "task": ["story", "limerick"],
+            "prompt": ["S", "L"],
+            "embedding_distance": [0.2, 0.4],
+            "one_minus_self_bleu": [0.5, 0.7],
+        }
+    )
+    table = creativity.table1({"baseline": frame, "gapo": frame.assign(embedding_distance=[0.6, 0.8])}).set_index(
+        "task"
+    )
+    assert list(table.index) == ["story", "limerick", "average"] and table.loc["average", "prompt"] == ""
+    assert table.loc["average", "gapo/embedding_distance"] == pytest.approx(0.7)
+    assert table.loc["average", "baseline/one_minus_self_bleu"] == pytest.approx(0.6)
+    story = PAPER_TABLE1["story"]["embedding_distance"]
+    assert (
+        table.loc["story", "paper_baseline/embedding_distance"],
+        table.loc["story", "paper_gapo/embedding_distance"],
+    ) == story
+    assert table["paper_gapo/embedding_distance"].isna()["limerick"]  # the paper has no such task
+
+
+def test_creativity_stage_builds_table1_and_the_haiku_map(root: Path, trained: dict, tmp_path: Path) -> None:
+    pytest.importorskip("openTSNE")
+    P = _params("creativity", root)
+    cfg = P["creativity"]
+    result = creativity.run(P, raw_dir=tmp_path / "raw")
+    assert result.models == cfg["models"]
+    assert len(result.tables["table1"]) == cfg["num_prompts"] + 1
+    for name, r in result.results.items():  # the whole experiment summary flows into the metrics document
+        assert r.summary.items() <= result.metrics["models"][name].items()
+        assert result.metrics["models"][name]["haiku_distinct_texts"] <= cfg["haiku_n"]
+    assert len(result.tables["points"]) == cfg["haiku_n"] * len(cfg["models"])
+    assert (tmp_path / "raw" / "haiku_map.json").is_file()
+    _written(result, tmp_path)
+    fig = plotting.tsne_figure(result.tables["points"], result.labels, seed=result.figure["seed"])
+    plotting.save(fig, tmp_path / "tsne.png", close=True)
+
+
+def test_benchmarks_stage_writes_table2_details_and_metrics(root: Path, trained: dict, tmp_path: Path) -> None:
+    P = _params("benchmarks", root, benchmarks={"benchmarks": ["gsm8k"]})
+    result = benchmarks.run(P, raw_dir=tmp_path / "raw")
+    table2 = result.tables["table2"]
+    assert list(table2["model"][: len(result.models)]) == P["benchmarks"]["models"]
+    assert len(table2) == len(result.models) + 2  # then the paper's two rows
+    for name in result.models:
+        assert isinstance(result.metrics["models"][name]["gsm8k"]["exact"], float)
+    assert set(result.documents["details"]) >= {"models", "details", "settings"}
+    assert len(pipeline.read_jsonl(tmp_path / "raw" / "benchmarks_samples.jsonl")) == len(result.models)
+    assert sorted(_written(result, tmp_path)) == ["details", "metrics", "table2"]
+    assert benchmarks.skipped(result).empty
+
+
+def test_coherence_stage_gives_one_row_per_model_and_temperature(root: Path, trained: dict, tmp_path: Path) -> None:
+    P = _params("coherence", root)
+    cfg = P["coherence"]
+    result = coherence.run(P)
+    rows = result.tables["figure7"]
+    assert len(rows) == len(cfg["models"]) * len(cfg["temperatures"])
+    assert rows["temperature"].tolist() == [float(t) for t in cfg["temperatures"]] * len(cfg["models"])
+    assert rows["creativity"].between(0, 2).all() and rows["math/verify"].between(0, 1).all()
+    _written(result, tmp_path)
+    fig = plotting.coherence_figure(rows, result.labels)
+    plotting.save(fig, tmp_path / "fig7.png", close=True)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Issue 13 stages
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_open_ended_stage_trains_and_compares_base_list_and_open_gapo(
+    root: Path, trained: dict, tmp_path: Path
+) -> None:
+    P = _params("open_ended", root)
+    result = open_ended.run(P, raw_dir=tmp_path / "raw")
     cfg = P["open_ended"]
-    assert result.models == ["baseline", "gapo", stages.OPEN_GAPO]
-    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    assert result.models == ["baseline", "gapo", open_ended.OPEN_GAPO]
+    assert (Path(cfg["adapter"]) / "adapter_config.json").is_file()
     assert result.metrics["train"]["steps"] == cfg["max_steps"] == len(result.tables["train"])
     assert result.metrics["rules"] == {c: LEXICON_SOURCES[c] for c in cfg["categories"]}
     for name in result.models:
@@ -56,23 +325,23 @@ def test_open_ended_stage_trains_and_compares_base_list_and_open_gapo(tmp_path: 
         assert 0 <= values["mean_valid_unique"] <= values["mean_unique"] <= cfg["n"]
         assert (tmp_path / "raw" / f"{name}.json").is_file()
     ratio = result.metrics["ratio_open_to_list"]
-    listed, opened = (result.metrics["models"][m]["mean_valid_unique"] for m in ("gapo", stages.OPEN_GAPO))
+    listed, opened = (result.metrics["models"][m]["mean_valid_unique"] for m in ("gapo", open_ended.OPEN_GAPO))
     assert ratio == (opened / listed if listed else None)
     per_category = result.tables["per_category"]
     assert len(per_category) == 3 * len(cfg["categories"]) and (per_category["n"] == cfg["n"]).all()
     assert result.tables["curves"]["k"].max() == cfg["n"]
-    json.dumps(pipeline._clean(result.metrics))  # the metrics file is plain JSON
+    assert sorted(_written(result, tmp_path)) == ["curves", "metrics", "per_category", "train"]
     fig = plotting.valid_unique_figure(result.tables["curves"], per_category, result.models, result.labels)
     plotting.save(fig, tmp_path / "open_ended.png", close=True)
     assert (tmp_path / "open_ended.png").stat().st_size > 0
 
 
-def test_targets_stage_trains_and_measures_jsd_on_unseen_lists(tmp_path: Path, list_adapter: Path) -> None:
-    P = _params("targets", tmp_path, list_adapter)
-    result = stages.targets(P, raw_dir=tmp_path / "raw")
+def test_targets_stage_trains_and_measures_jsd_on_unseen_lists(root: Path, tmp_path: Path) -> None:
+    P = _params("targets", root)
+    result = targets.run(P, raw_dir=tmp_path / "raw")
     cfg = P["targets"]
-    assert result.models == ["baseline", stages.TARGET_GAPO]
-    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    assert result.models == ["baseline", targets.TARGET_GAPO]
+    assert (Path(cfg["adapter"]) / "adapter_config.json").is_file()
     assert result.metrics["train"]["steps"] == cfg["max_steps"]
     per_list = result.tables["per_list"]
     assert len(per_list) == 2 * cfg["num_lists"] and per_list["jsd"].between(0, 1).all()
@@ -81,18 +350,19 @@ def test_targets_stage_trains_and_measures_jsd_on_unseen_lists(tmp_path: Path, l
     for name in result.models:
         mean = per_list[per_list["model"] == name]["jsd"].mean()
         assert result.metrics["models"][name]["mean_jsd"] == pytest.approx(mean)
+    assert sorted(_written(result, tmp_path)) == ["metrics", "per_list", "train"]
     fig = plotting.target_jsd_figure(per_list, result.models, result.labels)
     plotting.save(fig, tmp_path / "targets.png", close=True)
 
 
 def test_open_ended_stage_stops_before_training_without_the_list_adapter(tmp_path: Path) -> None:
-    P = _params("open_ended", tmp_path, tmp_path / "missing")
+    P = _params("open_ended", tmp_path)  # no train_gapo run under tmp_path: no list adapter
     with pytest.raises(FileNotFoundError, match="run stage train_gapo first"):
-        stages.open_ended(P)
+        open_ended.run(P)
     P["open_ended"]["list_gapo"] = "gapo2"
     with pytest.raises(pipeline.PipelineError, match="open_ended.list_gapo names model 'gapo2'"):
-        stages.open_ended(P)
-    assert not (tmp_path / "run").exists()
+        open_ended.run(P)
+    assert not (tmp_path / "runs").exists()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -153,7 +423,9 @@ def test_valid_unique_counts_lexicon_answers_and_never_unchecked_ones() -> None:
     table = result.tables["per_category"].set_index("category")
     assert table.loc["city", "valid_unique_at_n"] == 1 and table.loc["city", "unique_at_n"] == 2
     assert table.loc["city", "rule"] == LEXICON_SOURCES["city"]
-    assert table.loc["food", "valid_unique_at_n"] == 0 and table.loc["food", "rule"] == VALIDITY_UNCHECKED
+    # a category without a lexicon is reported, never counted: NaN, and left out of the mean
+    assert math.isnan(table.loc["food", "valid_unique_at_n"]) and table.loc["food", "rule"] == VALIDITY_UNCHECKED
+    assert result.summary["mean_valid_unique_at_n"] == 1 and result.summary["checked_categories"] == ["city"]
     assert table.loc["city", "valid_rate"] == 0.5 and table.loc["city", "answer_rate"] == 0.75
 
 

@@ -8,30 +8,9 @@ import pytest
 import torch
 
 from gapo.backends import lora_config
-from gapo.models import load_model_and_tokenizer
 from gapo.rewards import frequency_reward, group_reward
 from gapo.tasks.lists import make_list_selection_dataset
-from gapo.trainer import GAPOConfig, GAPOTrainer, compute_group_rewards, split_groups
-
-
-def tiny_args(tmp_path, **overrides):  # noqa: ANN001, ANN201
-    values = dict(
-        output_dir=str(tmp_path / "out"),
-        num_generations=4,
-        per_device_train_batch_size=4,
-        max_steps=2,
-        max_completion_length=6,
-        learning_rate=1e-2,
-        lora_r=4,
-        lora_alpha=8,
-        lora_dropout=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        seed=0,
-    )
-    values.update(overrides)
-    return GAPOConfig(**values)
-
+from gapo.trainer import GAPOConfig, compute_group_rewards, split_groups
 
 # --- config ------------------------------------------------------------------------------------------------------
 
@@ -95,9 +74,7 @@ def lora_state(model):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.parametrize("shared_prompt_forward", [True, False])
-def test_steps_change_lora_weights_and_log_metrics(tmp_path, shared_prompt_forward):  # noqa: ANN001
-    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
-    args = tiny_args(tmp_path, shared_prompt_forward=shared_prompt_forward)
+def test_steps_change_lora_weights_and_log_metrics(tiny_gapo_trainer, shared_prompt_forward):  # noqa: ANN001
     seen_group_sizes = []
 
     def per_completion_length(completions, **kwargs):  # noqa: ANN001, ANN202  (TRL-style, mixed in)
@@ -109,14 +86,9 @@ def test_steps_change_lora_weights_and_log_metrics(tmp_path, shared_prompt_forwa
         assert all(p == prompts[0] for p in prompts) and all(i == items[0] for i in items)
         return [0.0] * len(completions)
 
-    trainer = GAPOTrainer(
-        model=model,
-        reward_funcs=[frequency_reward, per_completion_length, spy],
-        args=args,
-        train_dataset=make_list_selection_dataset(8, seed=0, response_prefix="<answer>"),
-        processing_class=tokenizer,
-        peft_config=lora_config(args),
-    )
+    trainer = tiny_gapo_trainer(
+        [frequency_reward, per_completion_length, spy], shared_prompt_forward=shared_prompt_forward
+    )  # 8 list prompts pre-filled with "<answer>"
     before = lora_state(trainer.model)
     assert before, "LoRA adapters were not applied"
     trainer.train()
@@ -137,33 +109,19 @@ def test_steps_change_lora_weights_and_log_metrics(tmp_path, shared_prompt_forwa
         assert key in logged, key
 
 
-def test_bad_dataset_rows_fail_before_training(tmp_path):  # noqa: ANN001
+def test_bad_dataset_rows_fail_before_training(tiny_gapo_trainer):  # noqa: ANN001
     import datasets
 
-    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
     bad = datasets.Dataset.from_dict({"prompt": [[{"role": "user", "content": "pick"}]], "items": [["a", "a"]]})
     with pytest.raises(ValueError, match="duplicate 'a'"):
-        GAPOTrainer(
-            model=model,
-            reward_funcs=[frequency_reward],
-            args=tiny_args(tmp_path),
-            train_dataset=bad,
-            processing_class=tokenizer,
-        )
+        tiny_gapo_trainer([frequency_reward], bad, lora=False)
 
 
-def test_prefilled_answer_is_continued_not_closed(tmp_path):  # noqa: ANN001
+def test_prefilled_answer_is_continued_not_closed(tiny_gapo_trainer):  # noqa: ANN001
     """TRL closes a pre-filled assistant turn and opens a new one; GAPOTrainer continues it."""
-    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
     dataset = make_list_selection_dataset(4, seed=0, response_prefix="<answer>")
-    trainer = GAPOTrainer(
-        model=model,
-        reward_funcs=[frequency_reward],
-        args=tiny_args(tmp_path),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        peft_config=lora_config(tiny_args(tmp_path)),
-    )
+    trainer = tiny_gapo_trainer([frequency_reward], dataset)
+    tokenizer = trainer.processing_class
     prompts = [dataset[0]["prompt"], [dataset[1]["prompt"][0]]]  # one pre-filled, one plain
     ids, images, fields = trainer._tokenize_prompts(prompts)
     texts = [tokenizer.decode(x) for x in ids]
@@ -172,22 +130,112 @@ def test_prefilled_answer_is_continued_not_closed(tmp_path):  # noqa: ANN001
     assert images is None and fields == {}
 
 
-def test_missing_reward_column_is_one_line_before_any_generation(tmp_path):  # noqa: ANN001
+def test_missing_reward_column_is_one_line_before_any_generation(tiny_gapo_trainer, tmp_path):  # noqa: ANN001
     from datasets import Dataset
 
     from gapo.rewards import required_columns
 
     assert required_columns(frequency_reward) == ["items"]
     assert required_columns(lambda prompts, completions, **kw: []) == []
-    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Pick one: a, b."}]}] * 4)
     with pytest.raises(ValueError, match="reward 'frequency' needs dataset column\\(s\\) 'items'; .* has: prompt"):
-        GAPOTrainer(
-            model=model,
-            reward_funcs=[frequency_reward],
-            args=tiny_args(tmp_path),
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            peft_config=lora_config(tiny_args(tmp_path)),
-        )
+        tiny_gapo_trainer([frequency_reward], dataset)
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# --- the TRL seam: shared defaults, reward keyword arguments, log-prob batching -----------------------------------
+
+
+def test_every_config_takes_the_paper_defaults_from_one_home(tmp_path):  # noqa: ANN001
+    """GAPOConfig, TrainConfig, SFTConfig and DataConfig default to `gapo.defaults` (the paper's Appendix F)."""
+    import dataclasses
+
+    from gapo import defaults
+    from gapo.run import TrainConfig
+    from gapo.sft import SFTConfig
+    from gapo.stages.generate import DataConfig
+
+    assert (defaults.LEARNING_RATE.value, defaults.NUM_GENERATIONS.value) == (1e-5, 32)
+    assert (defaults.LORA_R.value, defaults.LORA_ALPHA.value, defaults.LORA_DROPOUT.value) == (64, 32, 0.1)
+    configs = [GAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32), TrainConfig(), SFTConfig()]
+    shared = {name.lower(): d for name, d in vars(defaults).items() if isinstance(d, defaults.Default)}
+    data = {"num_prompts", "seed", "min_items", "max_items", "categories", "response_prefix"}
+    for config in [*configs, DataConfig()]:
+        fields = {f.name for f in dataclasses.fields(config)} & set(shared)
+        if isinstance(config, GAPOConfig):  # a TRL config: its seed is TRL's, and it builds no data
+            fields -= data
+        assert fields, type(config).__name__
+        for name in fields:
+            want = shared[name].value
+            assert getattr(config, name) == (list(want) if isinstance(want, tuple) else want), (config, name)
+    for config in configs:  # the paper's LoRA on all linear layers, lr 1e-5, wherever a config trains
+        assert (config.lora_r, config.lora_alpha, config.lora_dropout, config.learning_rate) == (64, 32, 0.1, 1e-5)
+        lora = lora_config(config)
+        assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (64, 32, 0.1)
+        assert set(lora.target_modules) == set(defaults.LORA_TARGET_MODULES.value)
+
+
+def test_group_rewards_get_trls_reward_kwargs_sliced_to_the_group(tiny_gapo_trainer):  # noqa: ANN001
+    """A group reward gets every keyword argument TRL gives a per-completion reward, with per-row ones (columns,
+    completion_ids, environments) cut to its group; the list reward's diversity metrics arrive through log_metric."""
+    from gapo.eval.metrics import jsd_from_uniform
+
+    seen: dict[str, list] = {"per_completion": [], "group": []}
+
+    def per_completion(prompts, completions, **kwargs):  # noqa: ANN001, ANN202
+        seen["per_completion"].append({"prompts": prompts, "completions": completions, **kwargs})
+        return [0.0] * len(completions)
+
+    @group_reward
+    def group(prompts, completions, **kwargs):  # noqa: ANN001, ANN202
+        seen["group"].append({"prompts": prompts, "completions": completions, **kwargs})
+        return [0.0] * len(completions)
+
+    dataset = make_list_selection_dataset(2, seed=0, response_prefix="<answer>")
+    trainer = tiny_gapo_trainer([per_completion, group, frequency_reward], dataset)
+    rows = [dict(dataset[g]) for g in range(2) for _ in range(4)]  # two groups of G=4, as TRL's sampler lays them
+    items = [rows[0]["items"], rows[4]["items"]]
+    answers = [items[0][0]] * 3 + ["nothing"] + [items[1][0], items[1][1]] * 2
+    completions = [[{"role": "assistant", "content": f"{a}</answer>"}] for a in answers]
+    completion_ids = [[i, i + 1] for i in range(8)]
+    trainer.environments = [f"env{i}" for i in range(8)]  # what TRL holds per row with an environment_factory
+    trainer._calculate_rewards(rows, [r["prompt"] for r in rows], completions, completion_ids)
+
+    (trl_kwargs,) = seen["per_completion"]
+    first, second = seen["group"]
+    assert set(trl_kwargs) <= set(first) and "environments" in trl_kwargs
+    assert first["prompts"] == [rows[0]["prompt"]] * 4 and first["completions"] == completions[:4]
+    assert second["completion_ids"] == completion_ids[4:] and second["environments"] == ["env4", "env5", "env6", "env7"]
+    assert second["items"] == [items[1]] * 4 and second["category"] == [rows[4]["category"]] * 4
+    assert first["trainer_state"] is trainer.state and callable(first["log_metric"]) and callable(first["log_extra"])
+    # frequency_reward logs each group's stats; TRL averages them, as the trainer averaged the batch before.
+    pending = trainer._pending_metrics
+    assert pending["diversity/valid_fraction"] == [0.75, 1.0]
+    assert pending["diversity/group_jsd"] == pytest.approx(
+        [jsd_from_uniform([items[0][0]] * 3 + [None], items[0]), jsd_from_uniform(answers[4:], items[1])]
+    )
+
+
+def test_shared_prompt_logps_keep_trls_batch_size(tiny_gapo_trainer, monkeypatch):  # noqa: ANN001
+    """TRL chunks the old/reference log-prob passes by `batch_size`; the shared-prompt override passes it on."""
+    from gapo import prefix
+
+    trainer = tiny_gapo_trainer(shared_prompt_forward=True)
+    seen = []
+    original = prefix.shared_prompt_logps
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append(kwargs.get("batch_size"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(prefix, "shared_prompt_logps", spy)
+    prompt = trainer.processing_class("Pick one: [a, b].", add_special_tokens=False)["input_ids"]
+    torch.manual_seed(0)
+    completion = torch.randint(0, 1000, (4, 3))  # (B, C): two groups of two rows with one prompt
+    input_ids = torch.cat([torch.tensor([prompt] * 4), completion], dim=1)  # (B, P+C)
+    mask = torch.ones_like(input_ids)
+    with torch.no_grad():
+        chunked = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, mask, 3, batch_size=2)
+        whole = trainer._get_per_token_logps_and_entropies(trainer.model, input_ids, mask, 3)
+    assert seen == [2, None]
+    torch.testing.assert_close(chunked[0], whole[0])

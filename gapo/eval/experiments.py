@@ -11,10 +11,9 @@ headline numbers and the `config` that produced them; `write_json` stores all th
 |---------------------|---------------------------|-------------------------------|
 | `bias_case_study`   | section 2, Figure 2       | top_share/<part>/<variant>    |
 | `uniformity`        | 6.1, Figures 4 and 8      | mean_jsd                      |
-| `open_set`          | 6.2, Figures 5 and 9      | mean_unique_at_n              |
-| `creativity`        | 6.3, Table 1              | mean_embedding_distance, mean_one_minus_self_bleu |
+| `open_set`          | 6.2, Figures 5 and 9      | mean_unique_at_n, mean_valid_unique_at_n |
+| `creativity`        | 6.3, Table 1              | mean_embedding_distance, mean_one_minus_self_bleu (+ CIs), encoder |
 | `haiku_map`         | 6.3, Figure 6 (openTSNE)  | -                             |
-| `baselines`         | Appendix G, Table 8       | <model>/mean_jsd, <model>/unique_at_n |
 | `valid_unique`      | issue 13, open categories | mean_valid_unique_at_n        |
 | `target_jsd`        | issue 13, target lists    | mean_jsd                      |
 
@@ -27,6 +26,7 @@ models often answer a bare "Mars" without the tags, so `uniformity` also reports
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,18 +40,28 @@ from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
 from gapo.eval import prompts as ep
 from gapo.eval.metrics import (
     INVALID,
+    cosine_distance_to_others,
     coverage,
     jsd_from_uniform,
     jsd_to_target,
     mean_pairwise_cosine_distance,
     normalize_answer,
-    self_bleu,
+    sentence_self_bleu,
+    stratified_bootstrap,
     unique_curve,
 )
 from gapo.io import atomic_open
 from gapo.rewards import extract_answer
 from gapo.sampling import Sampler
-from gapo.tasks.open_ended import OPEN_HELDOUT_CATEGORIES, open_eval_prompts, open_validity
+from gapo.tasks.open_ended import (
+    OPEN_HELDOUT_CATEGORIES,
+    OPEN_QUESTIONS,
+    VALIDITY_UNCHECKED,
+    LexiconValidity,
+    UncheckedValidity,
+    open_eval_prompts,
+    open_validity,
+)
 
 
 @dataclass
@@ -60,7 +70,7 @@ class ExperimentResult:
 
     name: str
     tables: dict[str, pd.DataFrame]
-    summary: dict[str, float]
+    summary: dict[str, Any]
     config: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -372,56 +382,78 @@ def open_set(
     answer_format: bool = True,
     seed: int = 0,
     response_prefix: str | None = None,
+    equivalence: Equivalence | str | None = None,
     out: str | Path | None = None,
 ) -> ExperimentResult:
-    """Figures 5 and 9: `n` samples per open question; cumulative distinct answers, and unique@n.
+    """Figures 5 and 9: `n` samples per open question; cumulative distinct answers, unique@n and valid-unique@n.
 
-    Answers are the ``<answer>`` contents, normalised (`normalize_answer`); completions without one add nothing.
-    Tables: ``samples``, ``curves`` (category, k, unique after k samples), ``per_prompt`` (unique_at_n,
-    answer_rate). Summary: ``mean_unique_at_n`` (the paper's Unique@500 when n = 500), ``mean_answer_rate``.
+    Answers are the ``<answer>`` contents; classes are those of `equivalence` (default: normalised text), the
+    partition the open-ended reward pays for. A completion without an answer adds nothing. Valid-unique counts only
+    answers that belong to the category: the prompt's name is looked up in `gapo.tasks.open_ended.open_validity` (a
+    lexicon from a well-kept package: cities, countries, chemical elements, colours, ...); a category without one
+    is reported as "validity unchecked" and its valid-unique is NaN, never a count of unchecked answers.
+
+    Tables: ``samples`` (answer, normalized, valid), ``curves`` (category, k, unique, valid_unique), ``per_prompt``
+    (rule, unique_at_n, valid_unique_at_n, answer_rate, valid_rate). Summary: ``mean_unique_at_n`` (the paper's
+    Unique@500 when n = 500), ``mean_answer_rate``, and over the checked categories only
+    ``mean_valid_unique_at_n``, ``mean_valid_rate`` and ``checked_categories``.
     """
     _check_n(n)
     chosen = _take(prompts, num_prompts)
+    same = equivalence_from_spec(equivalence)
     chat = [ep.user_message(ep.open_prompt(q, answer_format)) for q in chosen.values()]
     completions = sampler(chat, n, **_overrides(seed, response_prefix))
     sample_rows, curve_rows, per_prompt_rows = [], [], []
     for name, texts in zip(chosen, completions, strict=True):
+        check = _category_validity(name)
         answers = [extract_answer(t) for t in texts]
-        curve = unique_curve(answers)
-        for i, (text, answer) in enumerate(zip(texts, answers, strict=True)):
-            sample_rows.append(
-                {
-                    "category": name,
-                    "sample": i,
-                    "completion": text,
-                    "answer": answer,
-                    "normalized": normalize_answer(answer),
-                }
-            )
-        curve_rows.extend({"category": name, "k": k + 1, "unique": u} for k, u in enumerate(curve))
+        valid = [a is not None and check(a) if check.checked else None for a in answers]
+        curve = unique_curve(answers, same)
+        valid_curve = unique_curve(answers, same, check) if check.checked else [math.nan] * len(answers)
+        sample_rows.extend(
+            {"category": name, "sample": i, "completion": t, "answer": a, "normalized": normalize_answer(a), "valid": v}
+            for i, (t, a, v) in enumerate(zip(texts, answers, valid, strict=True))
+        )
+        curve_rows.extend(
+            {"category": name, "k": k + 1, "unique": u, "valid_unique": vu}
+            for k, (u, vu) in enumerate(zip(curve, valid_curve, strict=True))
+        )
         per_prompt_rows.append(
             {
                 "category": name,
+                "rule": check.source,
                 "unique_at_n": curve[-1],
+                "valid_unique_at_n": valid_curve[-1],
                 "n": len(answers),
                 "answer_rate": sum(normalize_answer(a) is not None for a in answers) / len(answers),
+                "valid_rate": sum(valid) / len(answers) if check.checked else math.nan,
             }
         )
     per_prompt = pd.DataFrame(per_prompt_rows)
+    checked = per_prompt[per_prompt["rule"] != VALIDITY_UNCHECKED]
     summary = {
         "mean_unique_at_n": float(per_prompt["unique_at_n"].mean()),
         "mean_answer_rate": float(per_prompt["answer_rate"].mean()),
+        "mean_valid_unique_at_n": float(checked["valid_unique_at_n"].mean()) if len(checked) else math.nan,
+        "mean_valid_rate": float(checked["valid_rate"].mean()) if len(checked) else math.nan,
+        "checked_categories": list(checked["category"]),
     }
     config = {
         "n": n,
         "prompts": dict(chosen),
         "answer_format": answer_format,
+        "equivalence": same.name,
         "seed": seed,
         "response_prefix": response_prefix,
         "sampling": _params_of(sampler),
     }
     tables = {"samples": pd.DataFrame(sample_rows), "curves": pd.DataFrame(curve_rows), "per_prompt": per_prompt}
     return _finish(ExperimentResult("open_set", tables, summary, config), out)
+
+
+def _category_validity(name: str) -> LexiconValidity | UncheckedValidity:
+    """The validity rule of an open-set prompt named after its category; "validity unchecked" without a lexicon."""
+    return open_validity(name) if name in OPEN_QUESTIONS else UncheckedValidity(name)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -438,47 +470,65 @@ def creativity(
     max_new_tokens: int = 256,
     seed: int = 0,
     out: str | Path | None = None,
+    resamples: int = 2000,
 ) -> ExperimentResult:
     """Table 1: `n` outputs per creative prompt; mean pairwise cosine distance of their embeddings (semantic) and
-    1 - Self-BLEU (lexical). No answer prefix is pre-filled here, whatever the sampler's default.
+    1 - Self-BLEU (lexical), each with a 95% bootstrap interval. No answer prefix is pre-filled here, whatever the
+    sampler's default. `encoder` defaults to MPNet, the paper's (`gapo.eval.embeddings.CREATIVITY_ENCODER`).
 
-    Tables: ``samples``, ``per_prompt`` (embedding_distance, one_minus_self_bleu, mean_words).
-    Summary: ``mean_embedding_distance``, ``mean_one_minus_self_bleu``. Needs n >= 2.
+    Each output gets its scores once: its mean cosine distance to the other outputs of its prompt, and 1 - its
+    sentence BLEU against them; their means are the two metrics. The intervals resample outputs within each prompt
+    `resamples` times (`gapo.eval.metrics.stratified_bootstrap`, seeded by `seed`), for the mean over prompts and
+    for each prompt.
+
+    Tables: ``samples`` (with each output's two scores), ``per_prompt`` (embedding_distance, one_minus_self_bleu,
+    each with ``_ci_low``/``_ci_high``, mean_words). Summary: ``mean_embedding_distance``,
+    ``mean_one_minus_self_bleu``, each with ``_ci_low``/``_ci_high``, and ``encoder``. Needs n >= 2.
     """
-    from gapo.eval.embeddings import DEFAULT_ENCODER, embed
+    from gapo.eval.embeddings import CREATIVITY_ENCODER, embed
 
     _check_n(n)
     if n < 2:
         raise ValueError("creativity metrics compare outputs pairwise: n must be at least 2")
-    encoder = encoder or DEFAULT_ENCODER
+    encoder = encoder or CREATIVITY_ENCODER
     chosen = _take(prompts, num_prompts)
     chat = [ep.user_message(q) for q in chosen.values()]
     completions = sampler(chat, n, seed=seed, response_prefix=None, max_new_tokens=max_new_tokens)
-    sample_rows, per_prompt_rows = [], []
-    for (name, question), texts in zip(chosen.items(), completions, strict=True):
-        vectors = embed(texts, name=encoder)
-        per_prompt_rows.append(
-            {
-                "task": name,
-                "prompt": question,
-                "embedding_distance": mean_pairwise_cosine_distance(vectors),
-                "one_minus_self_bleu": 1.0 - self_bleu(texts),
-                "mean_words": float(np.mean([len(t.split()) for t in texts])),
-                "n": len(texts),
-            }
+    scores: dict[str, list[list[float]]] = {"embedding_distance": [], "one_minus_self_bleu": []}
+    sample_rows = []
+    for (name, _), texts in zip(chosen.items(), completions, strict=True):
+        distances = cosine_distance_to_others(embed(texts, name=encoder)).tolist()
+        lexical = [1.0 - b for b in sentence_self_bleu(texts)]
+        scores["embedding_distance"].append(distances)
+        scores["one_minus_self_bleu"].append(lexical)
+        sample_rows.extend(
+            {"task": name, "sample": i, "completion": t, "embedding_distance": d, "one_minus_self_bleu": b}
+            for i, (t, d, b) in enumerate(zip(texts, distances, lexical, strict=True))
         )
-        sample_rows.extend({"task": name, "sample": i, "completion": t} for i, t in enumerate(texts))
-    per_prompt = pd.DataFrame(per_prompt_rows)
-    summary = {
-        "mean_embedding_distance": float(per_prompt["embedding_distance"].mean()),
-        "mean_one_minus_self_bleu": float(per_prompt["one_minus_self_bleu"].mean()),
-    }
+    per_prompt = pd.DataFrame(
+        {
+            "task": list(chosen),
+            "prompt": list(chosen.values()),
+            "mean_words": [float(np.mean([len(t.split()) for t in texts])) for texts in completions],
+            "n": [len(texts) for texts in completions],
+        }
+    )
+    summary: dict[str, Any] = {}
+    for metric, groups in scores.items():
+        overall, per_group = stratified_bootstrap(groups, resamples=resamples, seed=seed)
+        for suffix, attr in (("", "estimate"), ("_ci_low", "low"), ("_ci_high", "high")):
+            per_prompt[metric + suffix] = [getattr(interval, attr) for interval in per_group]
+            summary[f"mean_{metric}{suffix}"] = getattr(overall, attr)
+    metrics = [f"{m}{suffix}" for m in scores for suffix in ("", "_ci_low", "_ci_high")]
+    per_prompt = per_prompt[["task", "prompt", *metrics, "mean_words", "n"]]
+    summary["encoder"] = encoder
     config = {
         "n": n,
         "prompts": dict(chosen),
         "encoder": encoder,
         "max_new_tokens": max_new_tokens,
         "seed": seed,
+        "bootstrap": {"resamples": resamples, "level": 0.95, "stratified_by": "prompt"},
         "sampling": _params_of(sampler),
     }
     tables = {"samples": pd.DataFrame(sample_rows), "per_prompt": per_prompt}
@@ -546,73 +596,6 @@ def haiku_map(
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Appendix G, Table 8: baselines
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def table8_samplers(base: Sampler, sft: Sampler | None = None, gapo: Sampler | None = None) -> dict[str, Sampler]:
-    """Table 8's rows: the base model, base + min-p 0.05, base + min-p 0.1, and (when given) SFT and GAPO adapters."""
-    variants = {"base": base, "min-p 0.05": base.with_params(min_p=0.05), "min-p 0.1": base.with_params(min_p=0.1)}
-    if sft is not None:
-        variants["SFT"] = sft
-    if gapo is not None:
-        variants["GAPO"] = gapo
-    return variants
-
-
-def baselines(
-    samplers: Mapping[str, Sampler],
-    n_uniform: int = 100,
-    n_open: int = 500,
-    num_lists: int | None = None,
-    num_prompts: int | None = None,
-    seed: int = 0,
-    response_prefix: str | None = None,
-    out: str | Path | None = None,
-) -> ExperimentResult:
-    """Table 8: mean JSD over the uniformity lists and mean Unique@n_open over the open prompts, per model.
-
-    Table ``table``: model, mean_jsd, unique_at_n, mean_invalid_rate, mean_answer_rate; plus the per-list and
-    per-prompt tables of every model (``per_list``, ``per_prompt``, with a ``model`` column).
-    """
-    if not samplers:
-        raise ValueError("baselines needs at least one sampler")
-    rows, per_list, per_prompt = [], [], []
-    summary: dict[str, float] = {}
-    for name, sampler in samplers.items():
-        uni = uniformity(sampler, n=n_uniform, num_lists=num_lists, seed=seed, response_prefix=response_prefix)
-        ope = open_set(sampler, n=n_open, num_prompts=num_prompts, seed=seed, response_prefix=response_prefix)
-        rows.append(
-            {
-                "model": name,
-                "mean_jsd": uni.summary["mean_jsd"],
-                "unique_at_n": ope.summary["mean_unique_at_n"],
-                "mean_invalid_rate": uni.summary["mean_invalid_rate"],
-                "mean_answer_rate": ope.summary["mean_answer_rate"],
-            }
-        )
-        per_list.append(uni.tables["per_list"].assign(model=name))
-        per_prompt.append(ope.tables["per_prompt"].assign(model=name))
-        summary[f"{name}/mean_jsd"] = uni.summary["mean_jsd"]
-        summary[f"{name}/unique_at_n"] = ope.summary["mean_unique_at_n"]
-    config = {
-        "models": {k: _params_of(s) for k, s in samplers.items()},
-        "n_uniform": n_uniform,
-        "n_open": n_open,
-        "num_lists": num_lists,
-        "num_prompts": num_prompts,
-        "seed": seed,
-        "response_prefix": response_prefix,
-    }
-    tables = {
-        "table": pd.DataFrame(rows),
-        "per_list": pd.concat(per_list, ignore_index=True),
-        "per_prompt": pd.concat(per_prompt, ignore_index=True),
-    }
-    return _finish(ExperimentResult("baselines", tables, summary, config), out)
-
-
-# --------------------------------------------------------------------------------------------------------------------
 # Issue 13: valid-unique@n on open categories, and JSD to a stated target distribution
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -626,57 +609,25 @@ def valid_unique(
     response_prefix: str | None = None,
     out: str | Path | None = None,
 ) -> ExperimentResult:
-    """Valid-unique@n: distinct *valid* answer classes in `n` samples of each open category's question.
+    """`open_set` on the open categories' own questions (`gapo.tasks.open_ended.open_eval_prompts`): valid-unique@n.
 
-    Validity is `gapo.tasks.open_ended.open_validity` (a lexicon per category; a category without one is "validity
-    unchecked" and counts nothing), classes are those of `equivalence` (default: normalised text), so the count is
-    the one the open-ended training reward pays for. Tables: ``samples`` (answer, valid), ``curves`` (category, k,
-    valid_unique), ``per_category`` (rule, valid_unique_at_n, unique_at_n, valid_rate, answer_rate). Summary:
-    ``mean_valid_unique_at_n``, ``mean_unique_at_n``, ``mean_valid_rate``.
+    Same tables and summary as `open_set` (``per_prompt`` is named ``per_category`` here), result name
+    ``valid_unique``. Every category must be an open category; one without a lexicon reports NaN ("validity
+    unchecked").
     """
-    _check_n(n)
-    prompts = open_eval_prompts(categories)
-    same = equivalence_from_spec(equivalence)
-    chat = [ep.user_message(ep.open_prompt(q)) for q in prompts.values()]
-    completions = sampler(chat, n, **_overrides(seed, response_prefix))
-    sample_rows, curve_rows, per_category_rows = [], [], []
-    for category, texts in zip(prompts, completions, strict=True):
-        check = open_validity(category)
-        answers = [extract_answer(t) for t in texts]
-        valid = [a is not None and check(a) for a in answers]
-        curve = unique_curve(answers, same, check)
-        sample_rows.extend(
-            {"category": category, "sample": i, "completion": t, "answer": a, "valid": v}
-            for i, (t, a, v) in enumerate(zip(texts, answers, valid, strict=True))
-        )
-        curve_rows.extend({"category": category, "k": k + 1, "valid_unique": u} for k, u in enumerate(curve))
-        per_category_rows.append(
-            {
-                "category": category,
-                "rule": check.source,
-                "valid_unique_at_n": curve[-1],
-                "unique_at_n": unique_curve(answers, same)[-1],
-                "valid_rate": sum(valid) / len(texts),
-                "answer_rate": sum(a is not None for a in answers) / len(texts),
-                "n": len(texts),
-            }
-        )
-    per_category = pd.DataFrame(per_category_rows)
-    summary = {
-        "mean_valid_unique_at_n": float(per_category["valid_unique_at_n"].mean()),
-        "mean_unique_at_n": float(per_category["unique_at_n"].mean()),
-        "mean_valid_rate": float(per_category["valid_rate"].mean()),
-    }
-    config = {
-        "n": n,
-        "prompts": prompts,
-        "equivalence": same.name,
-        "seed": seed,
-        "response_prefix": response_prefix,
-        "sampling": _params_of(sampler),
-    }
-    tables = {"samples": pd.DataFrame(sample_rows), "curves": pd.DataFrame(curve_rows), "per_category": per_category}
-    return _finish(ExperimentResult("valid_unique", tables, summary, config), out)
+    result = open_set(
+        sampler,
+        n,
+        prompts=open_eval_prompts(categories),
+        seed=seed,
+        response_prefix=response_prefix,
+        equivalence=equivalence,
+    )
+    tables = dict(result.tables)
+    tables["per_category"] = tables.pop("per_prompt")
+    curves = tables["curves"]
+    tables["curves"] = curves[["category", "k", "valid_unique"]]
+    return _finish(ExperimentResult("valid_unique", tables, result.summary, result.config), out)
 
 
 def target_jsd(

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
+
+from gapo.defaults import MAX_ITEMS, MIN_ITEMS
 
 CATEGORIES: tuple[str, ...] = ("Animals", "Countries", "Emotions", "English", "Foods", "Letters", "Numbers", "Vehicles")
 
@@ -93,8 +95,8 @@ def _draw_items(rng: random.Random, category: str, k: int) -> list[str]:
 def make_list_selection_dataset(
     n: int,
     seed: int,
-    min_items: int = 4,
-    max_items: int = 12,
+    min_items: int = MIN_ITEMS.value,
+    max_items: int = MAX_ITEMS.value,
     categories: Sequence[str] | None = None,
     response_prefix: str | None = None,
 ) -> Any:
@@ -116,8 +118,8 @@ def make_list_selection_dataset(
 def list_selection_rows(
     n: int,
     seed: int,
-    min_items: int = 4,
-    max_items: int = 12,
+    min_items: int = MIN_ITEMS.value,
+    max_items: int = MAX_ITEMS.value,
     categories: Sequence[str] | None = None,
     response_prefix: str | None = None,
 ) -> list[dict[str, Any]]:
@@ -161,3 +163,35 @@ def validate_items_column(rows: Any) -> None:
         if len(set(items)) != len(items):
             dup = next(item for item in items if list(items).count(item) > 1)
             raise ValueError(f"dataset row {index}: 'items' has the duplicate {dup!r}")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Training metrics of the list task: logged by its group rewards through TRL's `log_metric`, once per group
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def group_diversity_stats(answers: Sequence[str | None], items: Sequence[str], target: Any = None) -> dict[str, float]:
+    """Valid fraction and Jensen-Shannon divergence of one group's answers from uniform over its items (from the
+    row's `target` distribution instead, when the dataset carries one).
+
+    `answers` are the group's answers matched to `items` as the rewards match them (`gapo.equivalence.match_item`;
+    None = invalid), so the metric and the reward never disagree about what is valid. TRL averages a step's values,
+    which gives the step's valid fraction (the groups have the same size) and its mean group JSD.
+    """
+    from gapo.eval.metrics import jsd_from_uniform, jsd_to_target
+
+    jsd = jsd_from_uniform(answers, items) if target is None else jsd_to_target(answers, items, target)
+    return {"diversity/valid_fraction": sum(a is not None for a in answers) / len(answers), "diversity/group_jsd": jsd}
+
+
+def log_group_diversity(
+    log_metric: Callable[[str, float], None] | None,
+    answers: Sequence[str | None],
+    items: Sequence[str],
+    target: Any = None,
+) -> None:
+    """Log `group_diversity_stats` through a group reward's `log_metric` (a no-op when called outside a trainer)."""
+    if log_metric is None:
+        return
+    for name, value in group_diversity_stats(answers, items, target).items():
+        log_metric(name, value)

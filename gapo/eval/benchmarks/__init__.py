@@ -1,11 +1,11 @@
 """Coherence benchmarks (Table 2) and the creativity-coherence sweep (Figure 7).
 
-    from gapo.eval.benchmarks import evaluate_model, load_generate, embedded_settings, write_benchmark_outputs
+    from gapo.eval.benchmarks import benchmarks_metrics, embedded_settings, evaluate_model, load_generate, table2_rows
 
     settings = embedded_settings()
     results = {"baseline": evaluate_model(load_generate("embedded"), settings),
                "gapo": evaluate_model(load_generate("embedded", adapter="models/gapo"), settings)}
-    write_benchmark_outputs(results, "figures/table2_benchmarks.csv", "metrics/benchmarks.json", settings)
+    table2, metrics = table2_rows(results), benchmarks_metrics(results, settings)  # what gapo.stages.benchmarks writes
 
 Modules: `harness` (lm-evaluation-harness over our task YAMLs in `tasks/` and our model as its LM; bootstrap
 intervals), `data` (subsets, offline sources), `scoring` (the MATH and HumanEval scoring lm-eval cannot do here),
@@ -36,8 +36,6 @@ from gapo.eval.benchmarks.runner import (
     load_generate,
     sampling_generate,
     table2_rows,
-    write_benchmark_outputs,
-    write_figure7_data,
     write_records,
 )
 from gapo.eval.benchmarks.sandbox import (
@@ -78,7 +76,5 @@ __all__ = [
     "sampling_generate",
     "table2_rows",
     "task_config",
-    "write_benchmark_outputs",
-    "write_figure7_data",
     "write_records",
 ]

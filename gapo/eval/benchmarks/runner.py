@@ -16,12 +16,11 @@ accuracies, its spread their sample standard deviation (ddof=1; 0 for one run), 
 runs, and its 95% interval a bootstrap over problems of the mean-over-runs accuracy (`harness.bootstrap_interval`).
 
     results = {"baseline": evaluate_model(base_generate, settings), "gapo": evaluate_model(gapo_generate, settings)}
-    write_benchmark_outputs(results, "figures/table2_benchmarks.csv", "metrics/benchmarks.json", settings)
+    rows, document = table2_rows(results), benchmarks_metrics(results, settings)  # Table 2; metrics/benchmarks.json
 """
 
 from __future__ import annotations
 
-import csv
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -40,7 +39,7 @@ from gapo.eval.benchmarks.harness import (
 )
 from gapo.eval.benchmarks.scoring import METRICS
 from gapo.eval.paper import PAPER_TABLE2
-from gapo.io import atomic_open, write_json_atomic, write_jsonl_atomic
+from gapo.io import write_jsonl_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -315,29 +314,6 @@ def _difference(summary: Mapping[str, Any], reference: Mapping[str, Any] | None)
     return out
 
 
-def write_benchmark_outputs(
-    results: Mapping[str, Mapping[str, Any]],
-    csv_path: str | Path = "figures/table2_benchmarks.csv",
-    json_path: str | Path = "metrics/benchmarks.json",
-    settings: BenchmarkSettings | None = None,
-    include_paper: bool = True,
-) -> None:
-    """Write Table 2 (CSV, our models then the paper's rows) and metrics/benchmarks.json for `results`
-    (``{model: evaluate_model(...)}``, e.g. keys "baseline" and "gapo")."""
-    rows = table2_rows(results, include_paper)
-    fieldnames = ["model"] + [c for col in TABLE2_COLUMNS for c in (col, *(col + s for s, _ in INTERVAL_COLUMNS))]
-    fieldnames += ["gsm8k/n", "math/n", "humaneval/n", "mmlu_pro/n"]
-    _write_csv(csv_path, rows, fieldnames)
-    write_json_atomic(json_path, benchmarks_metrics(results, settings), indent=2, default=str, ensure_ascii=True)
-
-
-def _write_csv(path: str | Path, rows: list[dict[str, Any]], fieldnames: list[str]) -> None:
-    with atomic_open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fieldnames)
-        writer.writeheader()
-        writer.writerows(rows)
-
-
 def write_records(records: list[dict[str, Any]], path: str | Path) -> None:
     """Per-sample completions and scores as JSON lines (for reading what the models wrote)."""
     write_jsonl_atomic(path, records)
@@ -408,11 +384,3 @@ def figure7_data(
             row["creativity"] = float(creativity(model, float(temperature)))
             rows.append(row)
     return rows
-
-
-def write_figure7_data(rows: list[dict[str, Any]], path: str | Path = "figures/fig7_creativity_coherence.csv") -> None:
-    """The data behind Figure 7, as CSV (or JSON when `path` ends in .json)."""
-    if Path(path).suffix == ".json":
-        write_json_atomic(path, rows, indent=2, ensure_ascii=True)
-        return
-    _write_csv(path, rows, list(rows[0]) if rows else ["model", "temperature"])
