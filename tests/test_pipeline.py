@@ -127,7 +127,7 @@ def test_dataset_settings_live_in_the_data_section_only() -> None:
             assert {k: resolved[section][k] for k in settings} == settings, (profile, section)
     smoke = pipeline.stage_params("train_gapo", "smoke", PARAMS)
     train, data = TrainConfig(**smoke["train"]), DataConfig(**smoke["data"])
-    assert train.num_prompts == 16 and train.response_prefix == "<answer>"
+    assert train.num_prompts == 16 and train.response_prefix == data.response_prefix is None  # no pre-fill (issue 14)
     args = (train.num_prompts, train.seed, train.min_items, train.max_items, train.categories, train.response_prefix)
     assert list_selection_rows(*args) == list_selection_rows(
         data.num_prompts, data.seed, data.min_items, data.max_items, data.categories, data.response_prefix
