@@ -35,7 +35,6 @@ from gapo.eval.benchmarks.runner import (
     TABLE2_COLUMNS,
     BenchmarkSettings,
     benchmarks_metrics,
-    embedded_settings,
     evaluate_benchmark,
     evaluate_model,
     figure7_data,
@@ -434,7 +433,6 @@ def test_settings_are_checked():
         BenchmarkSettings(runs=0)
     with pytest.raises(ValueError, match="shipped data only"):
         BenchmarkSettings(source="hub")
-    assert embedded_settings().sizes["gsm8k"] < PAPER_SIZES["gsm8k"]
 
 
 def _fake_results() -> dict:

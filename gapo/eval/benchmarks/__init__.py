@@ -1,8 +1,8 @@
 """Coherence benchmarks (Table 2) and the creativity-coherence sweep (Figure 7).
 
-    from gapo.eval.benchmarks import benchmarks_metrics, embedded_settings, evaluate_model, load_generate, table2_rows
+    from gapo.eval.benchmarks import BenchmarkSettings, benchmarks_metrics, evaluate_model, load_generate, table2_rows
 
-    settings = embedded_settings()
+    settings = BenchmarkSettings(sizes={"gsm8k": 50, "math": 50, "humaneval": 50}, runs=2)  # defaults: the paper's
     results = {"baseline": evaluate_model(load_generate("embedded"), settings),
                "gapo": evaluate_model(load_generate("embedded", adapter="models/gapo"), settings)}
     table2, metrics = table2_rows(results), benchmarks_metrics(results, settings)  # what gapo.stages.benchmarks writes
@@ -28,7 +28,6 @@ from gapo.eval.benchmarks.runner import (
     BenchmarkSettings,
     Generate,
     benchmarks_metrics,
-    embedded_settings,
     evaluate_benchmark,
     evaluate_model,
     experiments_creativity,
@@ -63,7 +62,6 @@ __all__ = [
     "SandboxLimits",
     "benchmarks_metrics",
     "bootstrap_interval",
-    "embedded_settings",
     "evaluate_benchmark",
     "evaluate_model",
     "experiments_creativity",

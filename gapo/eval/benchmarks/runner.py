@@ -85,7 +85,7 @@ class Generate(Protocol):
 @dataclass
 class BenchmarkSettings:
     """Everything that decides a benchmark run. The defaults are the paper's (Appendix F) with lm-eval's task
-    defaults; `embedded_settings()` gives the CPU profile."""
+    defaults; params.yaml's `benchmarks` section gives each profile's (`gapo.stages.benchmarks.settings_of`)."""
 
     benchmarks: tuple[str, ...] = BENCHMARKS
     """Which benchmarks to run (gsm8k, math, humaneval, mmlu_pro)."""
@@ -119,21 +119,6 @@ class BenchmarkSettings:
             raise ValueError(
                 f"source must be auto or local, got {self.source!r}: lm-eval's tasks read the shipped data only"
             )
-
-
-#: CPU profile for the embedded 0.5B model: prefixes of the same seeded subsets and shorter generations. Measured on
-#: the 2-core machine (shared with other jobs): 2.4 tok/s for one sequence, 9 tok/s for 20 in a batch, so one model's
-#: gsm8k+math+humaneval at these sizes (5 runs) is on the order of an hour; MMLU-Pro is hub-only (skipped offline).
-EMBEDDED_SIZES: dict[str, int] = {"gsm8k": 10, "math": 14, "humaneval": 10, "mmlu_pro": 14}
-EMBEDDED_MAX_NEW_TOKENS: dict[str, int] = {"gsm8k": 256, "math": 320, "humaneval": 256, "mmlu_pro": 320}
-
-
-def embedded_settings(**overrides: Any) -> BenchmarkSettings:
-    """The embedded CPU profile: EMBEDDED_SIZES problems and EMBEDDED_MAX_NEW_TOKENS, otherwise the paper's settings
-    (5 runs, temperature 0.7, lm-eval's few-shot counts)."""
-    values: dict[str, Any] = {"sizes": dict(EMBEDDED_SIZES), "max_new_tokens": dict(EMBEDDED_MAX_NEW_TOKENS)}
-    values.update(overrides)
-    return BenchmarkSettings(**values)
 
 
 # --------------------------------------------------------------------------------------------------------------------
