@@ -139,3 +139,14 @@ def atomic_dir(path: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 4 MiB chunks (the caches hash multi-GB weights)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -19,7 +19,6 @@ build; a process checks it before its first use and rebuilds the directory when 
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import json
 import logging
@@ -33,7 +32,7 @@ from typing import Any
 
 import torch
 
-from gapo.io import atomic_dir, atomic_open
+from gapo.io import atomic_dir, atomic_open, sha256_file
 
 try:  # POSIX: lets concurrent processes build a cache once
     import fcntl
@@ -93,16 +92,8 @@ def _part_paths() -> list[Path]:
     return paths
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _gguf_ok(path: Path) -> bool:
-    return path.is_file() and path.stat().st_size == EMBEDDED_GGUF_SIZE and _sha256(path) == EMBEDDED_GGUF_SHA256
+    return path.is_file() and path.stat().st_size == EMBEDDED_GGUF_SIZE and sha256_file(path) == EMBEDDED_GGUF_SHA256
 
 
 def _assemble_gguf(target: Path) -> None:
@@ -159,7 +150,7 @@ def _stat_key(path: Path) -> tuple[str, int, int]:
 def write_manifest(directory: Path) -> dict[str, dict[str, Any]]:
     """Record the size and sha256 of every file in `directory` (the build step's last write)."""
     files = sorted(f for f in directory.iterdir() if f.is_file() and f.name != MANIFEST)
-    entries = {f.name: {"size": f.stat().st_size, "sha256": _sha256(f)} for f in files}
+    entries = {f.name: {"size": f.stat().st_size, "sha256": sha256_file(f)} for f in files}
     (directory / MANIFEST).write_text(json.dumps(entries, indent=1), encoding="utf-8")
     return entries
 
@@ -189,7 +180,7 @@ def manifest_problem(directory: Path) -> str | None:
         key = _stat_key(directory / name)
         if key in _VERIFIED:
             continue
-        if _sha256(directory / name) != digest:
+        if sha256_file(directory / name) != digest:
             return f"{name} does not match its recorded sha256"
         _VERIFIED.add(key)
     return None

@@ -21,7 +21,7 @@ def private_cache(tmp_path, monkeypatch):  # noqa: ANN001, ANN201
 def test_gguf_is_assembled_verified_and_repaired(private_cache):  # noqa: ANN001
     path = models.embedded_gguf_path()
     assert path.stat().st_size == models.EMBEDDED_GGUF_SIZE
-    assert models._sha256(path) == models.EMBEDDED_GGUF_SHA256
+    assert models.sha256_file(path) == models.EMBEDDED_GGUF_SHA256
     # Truncate it (an interrupted copy): the next call re-assembles a good file.
     with open(path, "r+b") as f:
         f.truncate(1000)
@@ -33,7 +33,7 @@ def test_gguf_is_assembled_verified_and_repaired(private_cache):  # noqa: ANN001
         f.seek(4096)
         f.write(b"\x00" * 64)
     models.embedded_gguf_path()
-    assert models._sha256(path) == models.EMBEDDED_GGUF_SHA256
+    assert models.sha256_file(path) == models.EMBEDDED_GGUF_SHA256
     assert not list(path.parent.glob("*.partial")) and not path.with_suffix(".verified").exists()
 
 
@@ -57,7 +57,7 @@ def test_bad_source_parts_are_refused_in_one_line_by_the_cli(private_cache, tmp_
     monkeypatch.setattr(models, "_part_paths", lambda: parts)
     monkeypatch.setattr(models, "EMBEDDED_GGUF_SIZE", len(whole))
     monkeypatch.setattr(models, "EMBEDDED_GGUF_SHA256", hashlib.sha256(whole).hexdigest())
-    assert models._sha256(models.embedded_gguf_path()) == hashlib.sha256(whole).hexdigest()
+    assert models.sha256_file(models.embedded_gguf_path()) == hashlib.sha256(whole).hexdigest()
     parts[1].write_bytes(b"\xff" * 1000)  # one part damaged in the installed package
     models.embedded_gguf_path().write_bytes(b"\x00" * len(whole))  # and the cached GGUF too
     out = tmp_path / "run"
@@ -103,13 +103,13 @@ def test_cache_is_hashed_at_build_and_verified_once_per_process(tmp_path, tiny_b
     target = tmp_path / "model"
     assert models.cached_build(target, tiny_build, "test model") == target and len(tiny_build.calls) == 1
     manifest = json.loads((target / models.MANIFEST).read_text())
-    assert manifest["model.safetensors"]["sha256"] == models._sha256(target / "model.safetensors")
+    assert manifest["model.safetensors"]["sha256"] == models.sha256_file(target / "model.safetensors")
     assert {"config.json", "tokenizer.json", "model.safetensors"} <= set(manifest)
     reference = _logits(target)
     _new_process(monkeypatch)
     hashed = []
-    real_sha = models._sha256
-    monkeypatch.setattr(models, "_sha256", lambda p: hashed.append(p.name) or real_sha(p))
+    real_sha = models.sha256_file
+    monkeypatch.setattr(models, "sha256_file", lambda p: hashed.append(p.name) or real_sha(p))
     models.cached_build(target, tiny_build, "test model")
     models.cached_build(target, tiny_build, "test model")
     assert len(tiny_build.calls) == 1 and hashed.count("model.safetensors") == 1  # once per process

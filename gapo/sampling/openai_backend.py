@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 import urllib.error
@@ -14,9 +13,6 @@ from typing import Any
 from gapo.chat import ChatPrompt, split_prefill
 from gapo.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy, one_line
 from gapo.sampling.transformers_backend import _progress_bar
-
-logger = logging.getLogger(__name__)
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # OpenAI-compatible HTTP backend (API models, local vLLM / llama.cpp servers)

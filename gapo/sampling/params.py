@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-logger = logging.getLogger(__name__)
-
 
 BACKENDS = ("transformers", "vllm", "openai")
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -12,9 +11,6 @@ from gapo.sampling.openai_backend import OpenAIBackend
 from gapo.sampling.params import BACKENDS, SamplingParams
 from gapo.sampling.transformers_backend import TransformersBackend
 from gapo.sampling.vllm_backend import VLLMBackend
-
-logger = logging.getLogger(__name__)
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # Sampler: a backend plus default parameters (what experiments take)

@@ -29,7 +29,6 @@ prompts, n, seed and batch_size give the same samples. Changing batch_size chang
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -40,9 +39,6 @@ import torch
 from gapo.chat import ChatPrompt, render_prompt
 from gapo.prefix import expand_cache, mask_positions, prefill
 from gapo.sampling.params import SamplingParams, _check_request, _warn_greedy
-
-logger = logging.getLogger(__name__)
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # Token selection (pure functions on logits)

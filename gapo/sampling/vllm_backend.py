@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +9,6 @@ import torch
 
 from gapo.chat import ChatPrompt, render_prompt
 from gapo.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy
-
-logger = logging.getLogger(__name__)
-
 
 # --------------------------------------------------------------------------------------------------------------------
 # vLLM backend (GPU only; imported lazily)
