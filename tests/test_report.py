@@ -46,6 +46,8 @@ def test_verdicts_follow_the_goals() -> None:
     # a stage that has not written its metric renders as "not run", never as a number
     assert _row(table, "target distributions")[-1] == "not run"
     assert "not run -> **not run**" in _row(table, "target distributions")[1]
+    # a row the issue sets no goal for (the paper's Unique@n) carries no verdict either
+    assert _row(table, "open set: Unique@n")[-2:] == ["-", "-"]
 
 
 def test_stage_times_read_papermill_durations_and_the_total_is_checked_against_the_budget(tmp_path: Path) -> None:

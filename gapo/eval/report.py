@@ -239,7 +239,8 @@ def results_table(metrics: Metrics) -> str:
             others.append(f"difference {with_interval(metrics, c.difference, c.digits)}")
         if others:
             cell += f" ({'; '.join(others)})"
-        lines.append(f"| {c.claim} | {cell} | {c.paper} | {c.goal} | {verdict_text(c.verdict(metrics))} |")
+        reached = verdict_text(c.verdict(metrics)) if c.goal != "-" else "-"  # a row without a goal has no verdict
+        lines.append(f"| {c.claim} | {cell} | {c.paper} | {c.goal} | {reached} |")
     times = metrics.get(TIMES_FILE.removesuffix(".json"), {})
     stages = times.get("stages", {}) if isinstance(times, Mapping) else {}
     if stages:
