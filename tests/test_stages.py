@@ -331,7 +331,12 @@ def test_open_ended_stage_trains_and_compares_base_list_and_open_gapo(
     assert len(per_category) == 3 * len(cfg["categories"]) and (per_category["n"] == cfg["n"]).all()
     assert result.tables["curves"]["k"].max() == cfg["n"]
     assert sorted(_written(result, tmp_path)) == ["curves", "metrics", "per_category", "train"]
-    fig = plotting.valid_unique_figure(result.tables["curves"], per_category, result.models, result.labels)
+    # as the notebook calls it: the bars of the last panel are each model's mean valid-unique@n
+    fig = plotting.valid_unique_figure(
+        result.tables["curves"], per_category.drop(columns="unique_at_n"), result.models, result.labels
+    )
+    heights = [bar.get_height() for bar in fig.axes[-1].patches]
+    assert heights == pytest.approx([result.metrics["models"][m]["mean_valid_unique"] for m in result.models])
     plotting.save(fig, tmp_path / "open_ended.png", close=True)
     assert (tmp_path / "open_ended.png").stat().st_size > 0
 
