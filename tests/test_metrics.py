@@ -20,12 +20,14 @@ from gapo.eval.metrics import (
     jensen_shannon,
     jsd_from_uniform,
     jsd_to_target,
+    jsd_valid_from_uniform,
     match_item,
     mean_pairwise_cosine_distance,
     normalize_answer,
     self_bleu,
     sentence_self_bleu,
     stratified_bootstrap,
+    top_share,
     unique_at,
     unique_curve,
 )
@@ -76,6 +78,45 @@ def test_jsd_bad_input():
 @given(answers_strategy)
 def test_jsd_in_unit_interval(answers):  # noqa: ANN001
     assert 0.0 <= jsd_from_uniform(answers, ITEMS) <= 1.0
+
+
+# --- jsd_valid_from_uniform / top_share: distribution apart from format ------------------------------------------
+
+
+def test_jsd_valid_known_values():
+    expected = 0.5 * math.log2(4 / 3) + 0.5 * (0.5 * math.log2(2 / 3) + 0.5 * math.log2(2))  # P=(1,0), Q=(1/2,1/2)
+    assert jsd_valid_from_uniform(["a", "a", None, "zz"], ["a", "b"]) == pytest.approx(expected)
+    # uniform among the valid answers: 0, however many are invalid (jsd_from_uniform is not 0 then)
+    answers = ["a", "b", "c", "d"] * 3 + [None] * 30
+    assert jsd_valid_from_uniform(answers, ITEMS) == pytest.approx(0.0, abs=1e-12)
+    assert jsd_from_uniform(answers, ITEMS) > 0.3
+    assert math.isnan(jsd_valid_from_uniform([None, "zz"], ITEMS))
+
+
+@given(answers_strategy)
+def test_jsd_valid_ignores_invalid_answers(answers):  # noqa: ANN001
+    valid = [a for a in answers if a in ITEMS]
+    value = jsd_valid_from_uniform(answers, ITEMS)
+    if not valid:
+        assert math.isnan(value)
+    else:
+        assert value == pytest.approx(jsd_from_uniform(valid, ITEMS))
+
+
+def test_top_share_known_values():
+    assert top_share(["a", "a", "b", None], ["a", "b", "c"]) == pytest.approx(0.5)
+    assert top_share(["Mercury"] * 65 + ["Venus"] * 35, ["Mercury", "Venus", "Earth"]) == pytest.approx(0.65)
+    assert top_share([None, "zz"], ITEMS) == 0.0
+    assert top_share(list("abcd") * 5, ITEMS) == pytest.approx(0.25)
+    with pytest.raises(ValueError, match="no answers"):
+        top_share([], ITEMS)
+
+
+@given(answers_strategy)
+def test_top_share_bounds(answers):  # noqa: ANN001
+    share = top_share(answers, ITEMS)
+    valid = sum(a in ITEMS for a in answers)
+    assert valid / len(ITEMS) / len(answers) - 1e-12 <= share <= valid / len(answers) + 1e-12
 
 
 @given(answers_strategy, st.permutations(ITEMS))

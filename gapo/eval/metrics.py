@@ -10,6 +10,8 @@ or small immutable values; none loads a model (unless handed an `Equivalence` wi
 - `self_bleu` (report ``1 - self_bleu``) and `mean_pairwise_cosine_distance`: lexical and semantic diversity (6.3).
 - `jsd_to_target`: like `jsd_from_uniform`, against a target distribution over the items (issue 13).
 - `coverage`: share of the offered items sampled at least once.
+- `jsd_valid_from_uniform` and `top_share`: the *distribution* apart from the *format* (issue 19): JSD among the
+  valid answers only, renormalised over the list, and the share of all samples taken by the most frequent item.
 
 Answers reach these functions already parsed: `gapo.rewards.extract_answer` (exactly one ``<answer>`` pair, else
 None: invalid) and, for lists, `gapo.equivalence.match_item`, the matching rule the rewards use too. Unique@n counts
@@ -119,6 +121,33 @@ def jsd_to_target(
     dist = answer_distribution(answers, items)
     q = np.array([probs[item] for item in dist.items] + [0.0])
     return jensen_shannon(dist.probabilities(), q)
+
+
+def jsd_valid_from_uniform(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Base-2 JSD from uniform over the list among the *valid* answers only (invalid ones dropped, the rest
+    renormalised); NaN when no answer is valid.
+
+    Why beside `jsd_from_uniform`: that one mixes format (the invalid bin) and distribution. A model that learns only
+    to answer in the format lowers it without moving its valid answers towards uniform; this one sees only the latter.
+    Example: answers (a, a, None) over [a, b] give P = (1, 0) among valid ones: JSD = 0.311, as for (a, a).
+    """
+    items = _valid_set(valid_items)
+    valid = [a for a in answers if a in set(items)]
+    if not valid:
+        return float("nan")
+    return jsd_from_uniform(valid, items)
+
+
+def top_share(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Share of *all* answers (invalid ones in the denominator) taken by the most frequent valid item; in [0, 1].
+
+    The collapse check: a uniform sampler over L items sits near 1/L; a model that says Mercury 65 times in 100 gives
+    0.65. Example: (a, a, b, None) over [a, b, c] gives 2/4 = 0.5.
+    """
+    dist = answer_distribution(answers, valid_items)
+    if dist.total == 0:
+        raise ValueError("no answers: the top share is undefined")
+    return max(dist.counts) / dist.total
 
 
 def coverage(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
