@@ -36,14 +36,14 @@ test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # The whole pipeline (data -> training -> every figure and table) for a profile: embedded (default), smoke, paper.
-# `gapo.pipeline use` prints where to run it: the repository for embedded (the committed results), and
+# `gapo.repro.pipeline use` prints where to run it: the repository for embedded (the committed results), and
 # runs/profiles/<name>/ for any other profile, so that a profile run never rewrites tracked files.
-# Afterwards `gapo.eval.report` writes metrics/stage_times.json (papermill's time per stage) and the results table
+# Afterwards `gapo.repro.report` writes metrics/stage_times.json (papermill's time per stage) and the results table
 # (results/results_table.md, and README.md's table for the embedded profile), both from metrics/.
 reproduce: venv
-	root="$$($(BIN)/python -m gapo.pipeline use $(PROFILE))" && cd "$$root" && \
+	root="$$($(BIN)/python -m gapo.repro.pipeline use $(PROFILE))" && cd "$$root" && \
 		PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/dvc" repro && \
-		"$(CURDIR)/$(BIN)/python" -m gapo.eval.report --root .
+		"$(CURDIR)/$(BIN)/python" -m gapo.repro.report --root .
 
 lint: venv
 	$(BIN)/ruff check gapo tests perf tools notebooks

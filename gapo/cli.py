@@ -11,11 +11,11 @@ import sys
 
 #: subcommand -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("gapo.run", "train a LoRA adapter with GAPO on synthetic list prompts"),
+    "train": ("gapo.train", "train a LoRA adapter with GAPO on synthetic list prompts"),
     "sample": ("gapo.sampling.cli", "sample N completions of one prompt to JSONL"),
-    "data": ("gapo.stages.generate", "write the synthetic list-selection dataset to JSONL"),
-    "sft": ("gapo.sft", "train the SFT baseline adapter (Appendix G) on the same list prompts"),
-    "pipeline": ("gapo.pipeline", "pipeline profiles: check, use, show"),
+    "data": ("gapo.repro.stages.generate", "write the synthetic list-selection dataset to JSONL"),
+    "sft": ("gapo.repro.sft", "train the SFT baseline adapter (Appendix G) on the same list prompts"),
+    "pipeline": ("gapo.repro.pipeline", "pipeline profiles: check, use, show"),
 }
 
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError)

@@ -120,15 +120,15 @@ def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentPar
 
 
 def profile_section(path: str | Path, section: str) -> dict[str, Any]:
-    """params.yaml's `section` as the file's active `profile:` resolves it (gapo.pipeline), so that `gapo train` in
-    a profile's workspace trains what that profile's pipeline stage trains; a plain section when the file has no
+    """params.yaml's `section` as the file's active `profile:` resolves it (gapo.repro.pipeline), so that `gapo train`
+    in a profile's workspace trains what that profile's pipeline stage trains; a plain section when the file has no
     `profiles:` mapping or the profiles do not cover the section. Either way `train` and `sft` get the dataset
     settings of `data` (`with_data_settings`)."""
     data = load_params(path)
     if not isinstance(data.get("profiles"), dict) or section not in data:
         load_params(path, section)  # a missing section is a one-line error naming those there
         return dict(with_data_settings(data, str(path))[section] or {})
-    from gapo.pipeline import resolve
+    from gapo.repro.pipeline import resolve
 
     return dict(resolve(None, path)[section])
 

@@ -2,7 +2,7 @@
 
 Why one layer: a reward that counts "Paris" and "paris." as two answers pays the model for a trick that unique@n
 does not count, and the reverse hides real collapse. The group rewards in `gapo.rewards` and Unique@n in
-`gapo.eval.metrics` both take an `Equivalence` and use the same partition of the answers into classes.
+`gapo.metrics` both take an `Equivalence` and use the same partition of the answers into classes.
 
 An `Equivalence` is a chain of steps, each merging classes of the previous one (so classes only grow):
 
@@ -176,7 +176,7 @@ class EmbeddingClusters:
             0.94, "paris" / "paris, france" 0.93, "spaghetti" / "pasta" 0.80, "red" / "blue" 0.73, two different
             cities 0.43-0.62. So 0.9 merges spellings of one thing and keeps neighbours apart; check on your own
             answers before trusting a value.
-        encoder: a name for `gapo.eval.embeddings.embed` (MiniLM, bundled, works offline).
+        encoder: a name for `gapo.embeddings.embed` (MiniLM, bundled, works offline).
         embed_fn: texts -> (n, d) unit vectors, instead of the encoder (for tests or a model you already hold).
         cache_size: texts whose embeddings are kept (384 floats each for MiniLM: 50k texts ~ 77 MB).
     """
@@ -190,7 +190,7 @@ class EmbeddingClusters:
         embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None,
         cache_size: int = 50_000,
     ) -> None:
-        from gapo.eval.embeddings import DEFAULT_ENCODER
+        from gapo.embeddings import DEFAULT_ENCODER
 
         self.threshold = check_threshold(threshold)
         self.encoder = encoder or DEFAULT_ENCODER
@@ -205,7 +205,7 @@ class EmbeddingClusters:
             if self.embed_fn is not None:
                 fresh = np.asarray(self.embed_fn(missing), dtype=np.float32)
             else:
-                from gapo.eval.embeddings import embed
+                from gapo.embeddings import embed
 
                 fresh = embed(missing, self.encoder)
             norms = np.linalg.norm(fresh, axis=1, keepdims=True)

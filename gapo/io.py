@@ -41,7 +41,7 @@ def _umask() -> int:
 def temp_glob(target: str | Path) -> str:
     """Glob pattern (relative to the target's folder) of the temp names `target`'s atomic writes use.
 
-    Why: a killed process cannot clean up; whoever resumes in that folder removes these (see gapo.run)."""
+    Why: a killed process cannot clean up; whoever resumes in that folder removes these (see gapo.train)."""
     return f".{Path(target).name}.*{TEMP_SUFFIX}"
 
 

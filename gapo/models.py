@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from gapo.checkpoints import safetensors_problem
 from gapo.io import atomic_dir, atomic_open, sha256_file
 
 try:  # POSIX: lets concurrent processes build a cache once
@@ -381,27 +382,6 @@ def check_lora_targets(name: str, targets: list[str] | str | None) -> None:
     if unknown:
         leaves = sorted({n.rsplit(".", 1)[-1] for n in names if "." in n and not n.rsplit(".", 1)[-1].isdigit()})
         raise ValueError(f"LoRA target modules {unknown} are not modules of {name}; choose from: {', '.join(leaves)}")
-
-
-def safetensors_problem(path: Path) -> str | None:
-    """None when `path` is a whole safetensors file (its header parses and covers exactly the file); else why not.
-
-    Reads the header only, so a truncated or overwritten adapter is reported before any model is loaded.
-    """
-    size = path.stat().st_size
-    try:
-        with open(path, "rb") as f:
-            header_len = int.from_bytes(f.read(8), "little")
-            if size < 8 or not 0 < header_len <= size - 8:
-                return f"truncated or not safetensors ({size} bytes, header length {header_len})"
-            header = json.loads(f.read(header_len))
-        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
-    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as err:
-        return f"damaged header ({type(err).__name__})"
-    expected = 8 + header_len + max(ends, default=0)
-    if expected != size:
-        return f"holds {size} bytes where its header describes {expected} (truncated or appended to)"
-    return None
 
 
 def check_adapter(adapter: str) -> None:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
+from gapo.metrics import check_target, log_group_diversity
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 OPEN_TAG, CLOSE_TAG = "<answer>", "</answer>"
@@ -89,37 +90,6 @@ def _frequency_rewards(keys: Sequence[Hashable | None], share: Callable[[Any], f
     counts = Counter(k for k in keys if k is not None)
     num_valid = sum(counts.values())
     return [INVALID_REWARD if k is None else 1.0 - (counts[k] / num_valid - share(k)) for k in keys]
-
-
-def check_target(items: Sequence[str], target: Mapping[str, float | None] | Sequence[float]) -> dict[str, float]:
-    """A target distribution over `items` as ``{item: p}`` (unnamed items get 0), or a one-line error.
-
-    `target` is a list of probabilities in the order of `items` (the dataset column form: Arrow stores it well) or
-    a mapping item -> probability (None values, as Arrow fills struct columns, count as absent).
-    """
-    if len(set(items)) != len(items):
-        dup = next(item for item in items if list(items).count(item) > 1)
-        raise ValueError(f"target distribution: the list has the duplicate item {dup!r}")
-    if isinstance(target, Mapping):
-        unknown = [k for k, v in target.items() if v is not None and k not in set(items)]
-        if unknown:
-            raise ValueError(
-                f"target names {unknown[0]!r}, which is not in the list {list(items)}; name only the list's items"
-            )
-        probs = {item: 0.0 if target.get(item) is None else target[item] for item in items}
-    else:
-        if len(target) != len(items):
-            raise ValueError(
-                f"target has {len(target)} probabilities for {len(items)} items; give one per item, in list order"
-            )
-        probs = dict(zip(items, target, strict=True))
-    for item, p in probs.items():
-        if not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
-            raise ValueError(f"target probability of {item!r} is {p!r}; probabilities must be finite and >= 0")
-    total = sum(probs.values())
-    if abs(total - 1.0) > 1e-6:
-        raise ValueError(f"target distribution sums to {total:g}, not 1; make the probabilities sum to 1")
-    return {item: float(p) for item, p in probs.items()}
 
 
 def target_distribution_rewards(
@@ -324,20 +294,37 @@ def group_answers(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _check_items(dataset: Any) -> None:
-    from gapo.tasks.lists import validate_items_column
+def validate_items_column(rows: Any) -> None:
+    """Fail with one line naming the first bad row: `items` missing, empty, not a list of str, or duplicated."""
+    if "items" not in (getattr(rows, "column_names", None) or []):
+        raise ValueError("training dataset has no 'items' column (the valid answers of each prompt)")
+    for index, items in enumerate(rows["items"]):
+        if items is None or not isinstance(items, (list, tuple)) or len(items) == 0:
+            raise ValueError(f"dataset row {index}: 'items' must be a non-empty list of strings, got {items!r}")
+        if not all(isinstance(item, str) and item.strip() for item in items):
+            raise ValueError(f"dataset row {index}: every entry of 'items' must be a non-empty string, got {items!r}")
+        if len(set(items)) != len(items):
+            dup = next(item for item in items if list(items).count(item) > 1)
+            raise ValueError(f"dataset row {index}: 'items' has the duplicate {dup!r}")
 
-    validate_items_column(dataset)
+
+def validate_target_column(rows: Any) -> None:
+    """Fail with one line naming the first row whose ``target`` does not fit its ``items`` (see `check_target`)."""
+    if "target" not in (getattr(rows, "column_names", None) or []):
+        raise ValueError("training dataset has no 'target' column (a probability per item, in list order)")
+    for index, (items, target) in enumerate(zip(rows["items"], rows["target"], strict=True)):
+        try:
+            check_target(items, target)
+        except (ValueError, TypeError) as err:
+            raise ValueError(f"dataset row {index}: {err}") from None
 
 
 def _check_items_and_target(dataset: Any) -> None:
-    from gapo.tasks.targets import validate_target_column
-
-    _check_items(dataset)
+    validate_items_column(dataset)
     validate_target_column(dataset)
 
 
-@dataset_check(_check_items)
+@dataset_check(validate_items_column)
 @group_reward
 def frequency_reward(
     prompts: list[Any],
@@ -348,10 +335,8 @@ def frequency_reward(
 ) -> list[float]:
     """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`.
 
-    Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (`gapo.tasks.lists.group_diversity_stats`).
+    Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (`gapo.metrics.group_diversity_stats`).
     """
-    from gapo.tasks.lists import log_group_diversity
-
     answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
     log_group_diversity(log_metric, answers, items[0])
     return frequency_aware_rewards(answers, items[0])
@@ -374,8 +359,6 @@ def target_distribution_reward(
 
     Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (here the JSD to the target).
     """
-    from gapo.tasks.lists import log_group_diversity
-
     answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
     log_group_diversity(log_metric, answers, items[0], target[0])
     return target_distribution_rewards(answers, items[0], target[0])

@@ -3,7 +3,7 @@
 Why: issue 14 asks for benchmark sizes that fit the embedded run's 150 minutes and still tell a 10-point drop. The
 time per problem depends on the prompt (GSM8K's 5-shot prompt is long), the answer length and how many problems
 one batched call decodes together, so it is measured, not guessed. Each benchmark runs `--problems` problems once
-through the same path as the pipeline (`gapo.eval.benchmarks.evaluate_model`: lm-eval, one batched call per run);
+through the same path as the pipeline (`gapo.repro.benchmarks.evaluate_model`: lm-eval, one batched call per run);
 the wall time per problem is reported with the accuracy it got.
 
     .venv/bin/python -m perf.benchmark_speed --problems 16                    # embedded, CPU
@@ -18,9 +18,9 @@ import argparse
 import json
 import time
 
-from gapo import pipeline
-from gapo.eval.benchmarks import BenchmarkSettings, evaluate_model, load_generate
-from gapo.stages.benchmarks import settings_of
+from gapo.repro import pipeline
+from gapo.repro.benchmarks import BenchmarkSettings, evaluate_model, load_generate
+from gapo.repro.stages.benchmarks import settings_of
 
 
 def measure(model: str, benchmarks: list[str], problems: int, seed: int) -> dict[str, dict[str, float]]:

@@ -11,9 +11,9 @@ import argparse
 import json
 from collections import Counter
 
-from gapo.eval.metrics import jsd_from_uniform
-from gapo.eval.prompts import UNIFORMITY_LISTS, list_prompt, user_message
+from gapo.metrics import jsd_from_uniform
 from gapo.models import load_model_and_tokenizer
+from gapo.repro.prompts import UNIFORMITY_LISTS, list_prompt, user_message
 from gapo.rewards import extract_answer
 from gapo.sampling import sample_completions
 

@@ -36,10 +36,10 @@ from pathlib import Path
 import torch
 
 from gapo.chat import render_prompt
-from gapo.eval.metrics import jsd_from_uniform
-from gapo.eval.prompts import UNIFORMITY_LISTS, list_prompt, user_message
+from gapo.metrics import jsd_from_uniform
 from gapo.models import load_model_and_tokenizer
 from gapo.prefix import generate_with_shared_prompt
+from gapo.repro.prompts import UNIFORMITY_LISTS, list_prompt, user_message
 from gapo.rewards import extract_answer
 from gapo.sampling import sample_completions
 

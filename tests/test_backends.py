@@ -124,7 +124,7 @@ def test_train_cli_refuses_gpu_settings_before_loading(tmp_path, flags, message)
 
 @CPU_ONLY
 def test_gpu_profile_refuses_on_cpu_before_writing_anything():
-    from gapo import pipeline
+    from gapo.repro import pipeline
 
     params = ROOT / "params.yaml"
     before = params.read_text(encoding="utf-8")

@@ -12,15 +12,15 @@ import sys
 
 import pytest
 
-from gapo.eval.benchmarks import data as bdata
-from gapo.eval.benchmarks.data import (
+from gapo.repro.benchmarks import data as bdata
+from gapo.repro.benchmarks.data import (
     PAPER_SIZES,
     BenchmarkDataError,
     draw_random,
     draw_stratified,
     load_benchmark,
 )
-from gapo.eval.benchmarks.harness import (
+from gapo.repro.benchmarks.harness import (
     TASK_NAMES,
     GapoLM,
     bootstrap_interval,
@@ -30,7 +30,7 @@ from gapo.eval.benchmarks.harness import (
     task_config,
     task_manager,
 )
-from gapo.eval.benchmarks.runner import (
+from gapo.repro.benchmarks.runner import (
     PAPER_TABLE2,
     TABLE2_COLUMNS,
     BenchmarkSettings,
@@ -40,7 +40,7 @@ from gapo.eval.benchmarks.runner import (
     figure7_data,
     table2_rows,
 )
-from gapo.eval.benchmarks.scoring import (
+from gapo.repro.benchmarks.scoring import (
     MINERVA_FEWSHOT,
     humaneval_program,
     is_equiv,
@@ -505,7 +505,7 @@ def test_figure7_data_sweeps_temperatures(tmp_path):
 
 
 def test_end_to_end_on_tiny_random(tiny, tmp_path):
-    from gapo.eval.benchmarks.runner import sampling_generate
+    from gapo.repro.benchmarks.runner import sampling_generate
 
     model, tokenizer = tiny
     generate = sampling_generate(model, tokenizer)
@@ -529,8 +529,8 @@ def test_end_to_end_on_tiny_random(tiny, tmp_path):
 
 
 def test_default_creativity_uses_gapo_experiments_at_each_temperature(monkeypatch, tiny):
-    import gapo.eval.experiments
-    from gapo.eval.benchmarks.runner import experiments_creativity, sampling_generate
+    import gapo.repro.experiments
+    from gapo.repro.benchmarks.runner import experiments_creativity, sampling_generate
 
     calls = []
 
@@ -541,7 +541,7 @@ def test_default_creativity_uses_gapo_experiments_at_each_temperature(monkeypatc
         calls.append((sampler.params.temperature, kwargs))
         return Result()
 
-    monkeypatch.setattr(gapo.eval.experiments, "creativity", fake_creativity)
+    monkeypatch.setattr(gapo.repro.experiments, "creativity", fake_creativity)
     sampler = sampling_generate(*tiny)
     creativity = experiments_creativity({"gapo": sampler}, n=4, num_prompts=2)
     assert creativity("gapo", 1.1) == 0.25

@@ -7,6 +7,7 @@ import re
 import datasets
 import pytest
 
+from gapo.rewards import validate_items_column
 from gapo.tasks.lists import (
     CATEGORIES,
     EVALUATION_CATEGORIES,
@@ -15,7 +16,6 @@ from gapo.tasks.lists import (
     item_pools,
     list_selection_rows,
     make_list_selection_dataset,
-    validate_items_column,
 )
 
 

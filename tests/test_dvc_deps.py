@@ -33,16 +33,17 @@ def test_stage_deps_exist(name: str) -> None:
 
 
 def test_the_import_finder_follows_lazy_relative_and_from_imports() -> None:
-    code = "from gapo import plotting\nimport gapo.eval.benchmarks.runner\n"
+    code = "from gapo.repro import plotting\nimport gapo.repro.benchmarks.runner\n"
     code += "def f():\n    from gapo.sampling import Sampler\n"
     found = dvc_deps.gapo_imports(ast.parse(code))
-    assert {"gapo", "gapo.plotting", "gapo.eval", "gapo.eval.benchmarks", "gapo.eval.benchmarks.runner"} <= found
+    expected = {"gapo", "gapo.repro", "gapo.repro.plotting", "gapo.repro.benchmarks", "gapo.repro.benchmarks.runner"}
+    assert expected <= found
     assert "gapo.sampling" in found
-    assert dvc_deps.gapo_imports(ast.parse("from .scoring import METRICS"), "gapo.eval.benchmarks.runner") == {
+    assert dvc_deps.gapo_imports(ast.parse("from .scoring import METRICS"), "gapo.repro.benchmarks.runner") == {
         "gapo",
-        "gapo.eval",
-        "gapo.eval.benchmarks",
-        "gapo.eval.benchmarks.scoring",
+        "gapo.repro",
+        "gapo.repro.benchmarks",
+        "gapo.repro.benchmarks.scoring",
     }
 
 

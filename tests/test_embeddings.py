@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gapo.eval import embeddings as emb
+from gapo import embeddings as emb
 
 
 def test_mpnet_loads_offline_and_ranks_paraphrases_first():

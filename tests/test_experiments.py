@@ -9,8 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gapo.eval import prompts as ep
-from gapo.eval.experiments import (
+from gapo.metrics import INVALID
+from gapo.repro import prompts as ep
+from gapo.repro.experiments import (
     ExperimentResult,
     bias_case_study,
     creativity,
@@ -20,7 +21,6 @@ from gapo.eval.experiments import (
     parse_item,
     uniformity,
 )
-from gapo.eval.metrics import INVALID
 from gapo.sampling import Sampler, SamplingParams, TransformersBackend
 
 

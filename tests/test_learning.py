@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gapo import chat
-from gapo.eval.metrics import jsd_from_uniform
+from gapo.metrics import jsd_from_uniform
 from gapo.models import TinyRandomSpec, load_model_and_tokenizer
 from gapo.rewards import extract_answer, frequency_reward
 from gapo.tasks.lists import chat_prompt, list_prompt

@@ -10,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gapo.equivalence import EmbeddingClusters, Equivalence, Normalized
-from gapo.eval.experiments import parse_item
-from gapo.eval.metrics import (
+from gapo.metrics import (
     INVALID,
     Interval,
     answer_distribution,
@@ -31,6 +30,7 @@ from gapo.eval.metrics import (
     unique_at,
     unique_curve,
 )
+from gapo.repro.experiments import parse_item
 from gapo.rewards import extract_answer
 
 ITEMS = ["a", "b", "c", "d"]

@@ -17,8 +17,8 @@ import nbformat
 import pytest
 import yaml
 
-from gapo import pipeline
-from gapo.eval.paper import PAPER_TABLE8
+from gapo.repro import pipeline
+from gapo.repro.paper import PAPER_TABLE8
 
 REPO = Path(__file__).resolve().parents[1]
 DVC_STAGES: dict = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
@@ -96,11 +96,11 @@ def test_notebook_runs_with_smoke_profile(smoke: SmokeRunner, stage: str) -> Non
 
 @pytest.mark.parametrize("stage", list(DVC_STAGES))
 def test_notebook_is_parameters_one_stage_call_and_its_plot(stage: str) -> None:
-    """The work is in `gapo.stages.<stage>.run` (tested on its own); the notebook only calls it, plots and writes."""
+    """The work is in `gapo.repro.stages.<stage>.run` (tested on its own); the notebook only calls it, plots, writes."""
     nb = nbformat.read(REPO / pipeline.NOTEBOOKS[stage], as_version=4)
     assert "parameters" in nb.cells[1].metadata.get("tags", [])
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert f"from gapo.stages import {stage}\n" in code
+    assert f"from gapo.repro.stages import {stage}\n" in code
     assert code.count(".run(") == 1 and code.count(f"result = {stage}.run(P)") == 1
     assert code.count("result.write()") == 1
 

@@ -7,8 +7,8 @@ import re
 import datasets
 import pytest
 
-from gapo.eval.prompts import OPEN_SET_FORMAT, UNIFORMITY_LISTS
-from gapo.rewards import ClassFrequencyReward
+from gapo.repro.prompts import OPEN_SET_FORMAT, UNIFORMITY_LISTS, unseen_target_rows
+from gapo.rewards import ClassFrequencyReward, validate_target_column
 from gapo.tasks.lists import CATEGORIES, FORMAT_INSTRUCTION
 from gapo.tasks.open_ended import (
     LEXICON_SOURCES,
@@ -22,12 +22,7 @@ from gapo.tasks.open_ended import (
     open_validity,
     open_validity_map,
 )
-from gapo.tasks.targets import (
-    make_target_distribution_dataset,
-    target_distribution_rows,
-    unseen_target_rows,
-    validate_target_column,
-)
+from gapo.tasks.targets import make_target_distribution_dataset, target_distribution_rows
 
 # --- target distributions -------------------------------------------------------------------------------------------
 

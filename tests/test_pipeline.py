@@ -19,8 +19,8 @@ import nbformat
 import pytest
 import yaml
 
-from gapo import pipeline
 from gapo.config import DATA_SETTINGS, DATA_USERS
+from gapo.repro import pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
@@ -91,9 +91,9 @@ def test_default_profile_is_embedded_and_its_sizes_are_the_top_level_sections() 
 def test_entry_point_sections_stay_readable_by_their_commands() -> None:
     """`gapo train --params params.yaml --section train`, `gapo data` and `gapo sft` read their sections as is."""
     from gapo.config import config_from_cli
-    from gapo.run import TrainConfig
-    from gapo.sft import SFTConfig
-    from gapo.stages.generate import DataConfig
+    from gapo.repro.sft import SFTConfig
+    from gapo.repro.stages.generate import DataConfig
+    from gapo.train import TrainConfig
 
     train = config_from_cli(TrainConfig, ["--params", str(PARAMS)], "gapo train", "train", "")
     raw = yaml.safe_load(PARAMS.read_text())["train"]
@@ -112,9 +112,9 @@ def test_entry_point_sections_stay_readable_by_their_commands() -> None:
 def test_dataset_settings_live_in_the_data_section_only() -> None:
     """params.yaml sets num_prompts, seed, list sizes and the prefix in `data`; `train` and `sft` get them from it, in
     every profile, so the train stage's check (the dataset equals data/train.jsonl) holds by construction."""
-    from gapo.run import TrainConfig
-    from gapo.stages.generate import DataConfig
+    from gapo.repro.stages.generate import DataConfig
     from gapo.tasks.lists import list_selection_rows
+    from gapo.train import TrainConfig
 
     raw = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
     for sections in [raw, *raw["profiles"].values()]:
@@ -159,7 +159,7 @@ def test_a_repeated_dataset_setting_is_a_one_line_error(tmp_path: Path, section:
 def test_unknown_profile_is_a_one_line_error() -> None:
     with pytest.raises(pipeline.PipelineError, match="unknown profile 'gpu'; params.yaml defines: embedded, paper"):
         pipeline.stage_params("uniformity", "gpu", PARAMS)
-    result = _run([sys.executable, "-m", "gapo.pipeline", "--params", str(PARAMS), "check", "gpu"], REPO)
+    result = _run([sys.executable, "-m", "gapo.repro.pipeline", "--params", str(PARAMS), "check", "gpu"], REPO)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "unknown profile 'gpu'" in result.stderr
 
@@ -216,7 +216,7 @@ def test_one_stage_per_notebook_running_papermill_with_the_profile() -> None:
         notebook = pipeline.NOTEBOOKS[name]
         executed = f"outputs/notebooks/{Path(notebook).name}"
         assert f"papermill {notebook} {executed}" in stage["cmd"] and "-p profile ${profile}" in stage["cmd"]
-        assert notebook in stage["deps"] and "gapo/pipeline.py" in stage["deps"]
+        assert notebook in stage["deps"] and "gapo/repro/pipeline.py" in stage["deps"]
         assert executed in _entries(stage, "outs")
         sections = pipeline.STAGES[name]
         assert stage["params"] == ["profile", *sections, *(f"profiles.${{profile}}.{s}" for s in sections)]
@@ -248,7 +248,7 @@ def test_committed_notebooks_are_stripped_and_parameterised() -> None:
         assert len(tagged) == 1 and code[0] is tagged[0], f"{path.name}: the first code cell must be `parameters`"
         assert re.search(r'(?m)^profile = "embedded"', tagged[0].source) and "params_file" in tagged[0].source
         assert nb.metadata["kernelspec"]["name"] == "python3"
-        assert "from gapo import pipeline, plotting" in code[1].source
+        assert "from gapo.repro import pipeline, plotting" in code[1].source
 
 
 def _checkpoint(path: Path, step: int, complete: bool = True) -> None:
@@ -261,7 +261,7 @@ def _checkpoint(path: Path, step: int, complete: bool = True) -> None:
 
 
 def test_prepare_run_dir_resumes_only_an_unfinished_run_of_the_same_config(tmp_path: Path) -> None:
-    from gapo.run import TrainConfig
+    from gapo.train import TrainConfig
 
     config = dataclasses.asdict(TrainConfig(model="tiny-random", max_steps=4))
     run = tmp_path / "run"
@@ -357,7 +357,7 @@ def test_a_non_default_profile_runs_in_its_own_workspace() -> None:
     """`make reproduce PROFILE=smoke`'s mechanism: `use smoke` prints a workspace; `dvc repro` there (here its first
     stage) writes its results, dvc.lock and params there, and no tracked file of the repository changes."""
     before = _tracked_state()
-    use = _run([sys.executable, "-m", "gapo.pipeline", "--params", str(PARAMS), "use", "smoke"], REPO)
+    use = _run([sys.executable, "-m", "gapo.repro.pipeline", "--params", str(PARAMS), "use", "smoke"], REPO)
     assert use.returncode == 0, use.stderr
     workspace = Path(use.stdout.strip())
     assert workspace == REPO / "runs" / "profiles" / "smoke" and "run `dvc repro` in" in use.stderr
@@ -370,7 +370,7 @@ def test_a_non_default_profile_runs_in_its_own_workspace() -> None:
     assert (workspace / "results" / "data_summary.csv").is_file() and "generate" in (workspace / "dvc.lock").read_text()
     assert _tracked_state() == before
     # The default profile runs in the repository itself (and sets params.yaml back to it, were it changed).
-    again = _run([sys.executable, "-m", "gapo.pipeline", "--params", str(PARAMS), "use", "embedded"], REPO)
+    again = _run([sys.executable, "-m", "gapo.repro.pipeline", "--params", str(PARAMS), "use", "embedded"], REPO)
     assert again.returncode == 0 and Path(again.stdout.strip()) == REPO
     assert _tracked_state() == before
 
@@ -391,7 +391,7 @@ def test_workspace_sync_copies_only_what_changed_and_drops_stale_files(tmp_path:
 def test_gapo_train_reads_the_active_profile(tmp_path):  # noqa: ANN001
     """`gapo train` in a profile's workspace trains what that profile's stage trains, not the embedded defaults."""
     from gapo.config import config_from_cli
-    from gapo.run import TrainConfig
+    from gapo.train import TrainConfig
 
     text = PARAMS.read_text(encoding="utf-8")
     for profile, model, steps in [("embedded", "embedded", 120), ("smoke", "tiny-random", 2)]:

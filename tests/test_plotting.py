@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from gapo.plotting import coherence_figure
+from gapo.repro.plotting import coherence_figure
 
 
 def test_coherence_figure_draws_the_bootstrap_interval():

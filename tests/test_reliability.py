@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gapo import run as train_mod
+from gapo import checkpoints
+from gapo import train as train_mod
 from gapo.cli import main
 
 TINY = [
@@ -130,7 +131,7 @@ def test_kill_at_ten_points_and_resume_each_time(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         resumed = _check_resumed_from(log, expected_start, required=False)
-        expected_start = train_mod.last_checkpoint(out)
+        expected_start = checkpoints.last_checkpoint(out)
         kills.append({"during_save": partial is not None, "resumed_before": resumed, "next_from": expected_start})
     print("kills:", *kills, sep="\n  ")  # shown with -s: where each kill landed and where the next run resumed
     assert sum(k["during_save"] for k in kills) >= 4, kills  # these tore a checkpoint save
@@ -175,7 +176,7 @@ def _check_finished(out: Path) -> None:
     assert (out / "adapter" / "adapter_model.safetensors").is_file()
     assert json.loads((out / "metrics.json").read_text())["steps"] == MAX_STEPS
     assert not list(out.glob("*.partial*"))
-    assert all(train_mod.checkpoint_problem(p) is None for p in out.glob("checkpoint-*"))
+    assert all(checkpoints.checkpoint_problem(p) is None for p in out.glob("checkpoint-*"))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -204,19 +205,19 @@ def test_resume_takes_the_newest_complete_checkpoint_and_names_the_skipped(tmp_p
     _fake_checkpoint(tmp_path / "checkpoint-6", 6, state='{"global_step": 6, "log_hi')  # torn state
     _fake_checkpoint(tmp_path / "checkpoint-8", 8, weights=whole[:-3])  # truncated weights
     _fake_checkpoint(tmp_path / "checkpoint-10", 10, state=json.dumps({"global_step": 8}))  # another step's state
-    with caplog.at_level(logging.WARNING, logger="gapo.run"):
-        assert train_mod.last_checkpoint(tmp_path) == good
+    with caplog.at_level(logging.WARNING, logger="gapo.train"):
+        assert checkpoints.last_checkpoint(tmp_path) == good
     skipped = [r.getMessage() for r in caplog.records if "skipping incomplete checkpoint" in r.getMessage()]
     assert len(skipped) == 4 and all(str(tmp_path) in m for m in skipped)
     assert "no trainer_state.json" in " ".join(skipped) and "truncated" in " ".join(skipped)
-    train_mod._remove_incomplete(tmp_path, good)
+    checkpoints.remove_incomplete(tmp_path, good)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-2"]
 
 
 def test_torn_last_metrics_line_is_dropped_with_a_warning_naming_the_file(tmp_path: Path, caplog) -> None:  # noqa: ANN001
     path = tmp_path / "metrics.jsonl"
     path.write_text('{"step": 1, "loss": 0.5}\n{"step": 2, "loss": 0.4}\n{"step": 3, "lo')
-    with caplog.at_level(logging.WARNING, logger="gapo.run"):
+    with caplog.at_level(logging.WARNING, logger="gapo.train"):
         assert [r["step"] for r in train_mod.read_metrics(path)] == [1, 2]
     assert any(str(path) in r.getMessage() and "torn last line" in r.getMessage() for r in caplog.records)
     train_mod._trim_metrics(path, 2)
@@ -318,16 +319,16 @@ def test_truncated_adapter_is_one_line_before_loading(tmp_path: Path, capsys) ->
 
 
 def test_resume_removes_the_adapter_temp_a_killed_save_left(tmp_path: Path) -> None:
+    from gapo.checkpoints import remove_incomplete
     from gapo.io import atomic_dir
-    from gapo.run import _remove_incomplete
 
     script = "import os, sys\nfrom gapo.io import atomic_dir\nwith atomic_dir(sys.argv[1]):\n    os._exit(9)\n"
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "adapter")], check=False)
     assert len(list(tmp_path.iterdir())) == 1  # the temp directory the killed save left
     (tmp_path / "metrics.jsonl").write_text("")
-    _remove_incomplete(tmp_path, None)
+    remove_incomplete(tmp_path, None)
     assert [p.name for p in tmp_path.iterdir()] == ["metrics.jsonl"]
     with atomic_dir(tmp_path / "adapter"):
         pass
-    _remove_incomplete(tmp_path, None)  # a finished adapter is kept
+    remove_incomplete(tmp_path, None)  # a finished adapter is kept
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "metrics.jsonl"]

@@ -1,4 +1,4 @@
-"""The README's results table is generated from metrics/ (gapo.eval.report), and the committed one is in sync."""
+"""The README's results table is generated from metrics/ (gapo.repro.report), and the committed one is in sync."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gapo.eval import report
+from gapo.repro import report
 
 ROOT = Path(__file__).resolve().parents[1]
 

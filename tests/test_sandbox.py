@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from gapo.eval.benchmarks import _sandbox_child as wire
-from gapo.eval.benchmarks import sandbox
-from gapo.eval.benchmarks.sandbox import SandboxLimits, SandboxUnavailableError, run_humaneval, run_program
+from gapo.repro.benchmarks import _sandbox_child as wire
+from gapo.repro.benchmarks import sandbox
+from gapo.repro.benchmarks.sandbox import SandboxLimits, SandboxUnavailableError, run_humaneval, run_program
 
 FAST = SandboxLimits(timeout_s=5, cpu_seconds=3)
 
@@ -640,7 +640,7 @@ def test_a_machine_without_namespaces_refuses_unless_allowed():
 
 def test_isolation_in_force_is_logged_once(caplog, monkeypatch):
     monkeypatch.setattr(sandbox, "_announced", set())
-    with caplog.at_level(logging.INFO, logger="gapo.eval.benchmarks.sandbox"):
+    with caplog.at_level(logging.INFO, logger="gapo.repro.benchmarks.sandbox"):
         first = run_program("pass", FAST)
         run_program("pass", FAST)
     lines = [r.getMessage() for r in caplog.records if "HumanEval sandbox" in r.getMessage()]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gapo.chat import render_prompt
-from gapo.sft import SFTConfig, build_item_batch, item_completion_ids, per_row_nll, summed_item_loss, train_sft
+from gapo.repro.sft import SFTConfig, build_item_batch, item_completion_ids, per_row_nll, summed_item_loss, train_sft
 
 PROMPTS = [
     [
@@ -78,7 +78,7 @@ def test_a_few_steps_change_the_lora_weights_and_save_an_adapter(tiny_model_and_
         max_items=6,
     )
     dataset = make_list_selection_dataset(config.num_prompts, config.seed, config.min_items, config.max_items)
-    from gapo.sft import lora_model
+    from gapo.repro.sft import lora_model
 
     peft_model = lora_model(model, config)
     before = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" in k}
@@ -110,7 +110,7 @@ def test_lora_covers_every_linear_layer_as_before(tiny_model_and_tokenizer):  # 
     from peft import LoraConfig, get_peft_model
 
     from gapo.models import load_model_and_tokenizer
-    from gapo.sft import lora_model
+    from gapo.repro.sft import lora_model
 
     model, _ = tiny_model_and_tokenizer
     ours = lora_model(model, SFTConfig(lora_r=4, lora_alpha=8))

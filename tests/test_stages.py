@@ -1,5 +1,5 @@
-"""Every pipeline stage function (`gapo.stages.<stage>.run`) end to end at smoke sizes on tiny-random: real training
-steps, real sampling, real files; plus `gapo train --task` and the issue-13 evaluations on known answers.
+"""Every pipeline stage function (`gapo.repro.stages.<stage>.run`) end to end at smoke sizes on tiny-random: real
+training steps, real sampling, real files; plus `gapo train --task` and the issue-13 evaluations on known answers.
 
 The stages run as DVC runs them, in one directory: generate writes the data the training stages read, train_gapo
 and train_sft write the adapters the evaluation stages load, open_set's metrics feed uniformity's Table 8. Every path
@@ -18,12 +18,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from gapo import pipeline, plotting
-from gapo.eval.experiments import target_jsd, valid_unique
-from gapo.eval.metrics import jsd_to_target
-from gapo.eval.paper import PAPER_TABLE1, PAPER_TABLE8
-from gapo.run import TrainConfig, task_data
-from gapo.stages import (
+from gapo.metrics import jsd_to_target
+from gapo.repro import pipeline, plotting
+from gapo.repro.experiments import target_jsd, valid_unique
+from gapo.repro.paper import PAPER_TABLE1, PAPER_TABLE8
+from gapo.repro.prompts import unseen_target_rows
+from gapo.repro.stages import (
     benchmarks,
     bias,
     coherence,
@@ -36,9 +36,9 @@ from gapo.stages import (
     train_sft,
     uniformity,
 )
-from gapo.stages.common import StageResult, split_categories
+from gapo.repro.stages.common import StageResult, split_categories
 from gapo.tasks.open_ended import LEXICON_SOURCES, VALIDITY_UNCHECKED
-from gapo.tasks.targets import unseen_target_rows
+from gapo.train import TrainConfig, task_data
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
@@ -72,7 +72,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained(root: Path) -> dict[str, StageResult]:
     """Stages generate, train_gapo and train_sft in dvc.yaml's order: the data and the adapters later stages read."""
     done = {"generate": generate.run(_params("generate", root))}
-    done["train_gapo"] = train_gapo.run(
+    done["train_gapo"] = train_gapo.train(
         _params("train_gapo", root), runs_dir=root / "outputs" / "runs", adapters_dir=root / "models" / "gapo"
     )
     done["train_sft"] = train_sft.run(_params("train_sft", root))
@@ -151,7 +151,7 @@ def test_train_gapo_stage_trains_every_policy_and_logs_each_step(root: Path, tra
 def test_train_gapo_stage_refuses_another_dataset_before_training(root: Path, trained: dict, tmp_path: Path) -> None:
     P = _params("train_gapo", root, train={"seed": 1})
     with pytest.raises(ValueError, match="is not the dataset the train settings build"):
-        train_gapo.run(P, runs_dir=tmp_path / "runs", adapters_dir=tmp_path / "models")
+        train_gapo.train(P, runs_dir=tmp_path / "runs", adapters_dir=tmp_path / "models")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "models").exists()
 
 

@@ -151,9 +151,9 @@ def test_every_config_takes_the_paper_defaults_from_one_home(tmp_path):  # noqa:
     import dataclasses
 
     from gapo import defaults
-    from gapo.run import TrainConfig
-    from gapo.sft import SFTConfig
-    from gapo.stages.generate import DataConfig
+    from gapo.repro.sft import SFTConfig
+    from gapo.repro.stages.generate import DataConfig
+    from gapo.train import TrainConfig
 
     assert (defaults.LEARNING_RATE.value, defaults.NUM_GENERATIONS.value) == (1e-5, 32)
     assert (defaults.LORA_R.value, defaults.LORA_ALPHA.value, defaults.LORA_DROPOUT.value) == (64, 32, 0.1)
@@ -178,7 +178,7 @@ def test_every_config_takes_the_paper_defaults_from_one_home(tmp_path):  # noqa:
 def test_group_rewards_get_trls_reward_kwargs_sliced_to_the_group(tiny_gapo_trainer):  # noqa: ANN001
     """A group reward gets every keyword argument TRL gives a per-completion reward, with per-row ones (columns,
     completion_ids, environments) cut to its group; the list reward's diversity metrics arrive through log_metric."""
-    from gapo.eval.metrics import jsd_from_uniform
+    from gapo.metrics import jsd_from_uniform
 
     seen: dict[str, list] = {"per_completion": [], "group": []}
 

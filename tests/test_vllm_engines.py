@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gapo import sampling
-from gapo.pipeline import Samplers
+from gapo.repro.pipeline import Samplers
 
 
 class FakeLLM:

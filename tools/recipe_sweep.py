@@ -2,7 +2,7 @@
 
 Every variant starts from the embedded profile's `train` section as the pipeline resolves it (no pre-fill: the model
 writes ``<answer>...</answer>`` itself), changes one thing, trains `--steps` steps, and is scored on the paper's
-unseen lists without pre-fill (`gapo.eval.experiments.uniformity`: mean JSD from uniform, invalid rate). The base
+unseen lists without pre-fill (`gapo.repro.experiments.uniformity`: mean JSD from uniform, invalid rate). The base
 model is scored once. Writes the numbers and each run's training curves as JSON, a figure, and a markdown table:
 
     python tools/recipe_sweep.py --steps 30 --n 50         # CPU, 2 cores: about 8 minutes a variant
@@ -33,8 +33,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) -> dict[str, Any]:
     """Train one variant from the embedded `train` section; returns its summary and per-step curves."""
-    from gapo import pipeline
-    from gapo.run import TrainConfig, read_metrics, train
+    from gapo.repro import pipeline
+    from gapo.train import TrainConfig, read_metrics, train
 
     section = dict(pipeline.stage_params("train_gapo", "embedded")["train"])
     section.update(overrides, max_steps=steps, save_steps=steps, output_dir=str(root / name))
@@ -54,8 +54,8 @@ def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) 
 
 def score(adapter: Path | None, n: int, num_lists: int, seed: int) -> dict[str, float]:
     """Mean JSD from uniform and invalid rate on the unseen lists, no pre-fill, the evaluation's own sampling."""
-    from gapo import pipeline
-    from gapo.eval.experiments import uniformity
+    from gapo.repro import pipeline
+    from gapo.repro.experiments import uniformity
     from gapo.sampling import make_sampler
 
     P = pipeline.stage_params("uniformity", "embedded")

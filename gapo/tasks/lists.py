@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -149,49 +149,3 @@ def list_selection_rows(
             }
         )
     return rows
-
-
-def validate_items_column(rows: Any) -> None:
-    """Fail with one line naming the first bad row: `items` missing, empty, not a list of str, or duplicated."""
-    if "items" not in (getattr(rows, "column_names", None) or []):
-        raise ValueError("training dataset has no 'items' column (the valid answers of each prompt)")
-    for index, items in enumerate(rows["items"]):
-        if items is None or not isinstance(items, (list, tuple)) or len(items) == 0:
-            raise ValueError(f"dataset row {index}: 'items' must be a non-empty list of strings, got {items!r}")
-        if not all(isinstance(item, str) and item.strip() for item in items):
-            raise ValueError(f"dataset row {index}: every entry of 'items' must be a non-empty string, got {items!r}")
-        if len(set(items)) != len(items):
-            dup = next(item for item in items if list(items).count(item) > 1)
-            raise ValueError(f"dataset row {index}: 'items' has the duplicate {dup!r}")
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Training metrics of the list task: logged by its group rewards through TRL's `log_metric`, once per group
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def group_diversity_stats(answers: Sequence[str | None], items: Sequence[str], target: Any = None) -> dict[str, float]:
-    """Valid fraction and Jensen-Shannon divergence of one group's answers from uniform over its items (from the
-    row's `target` distribution instead, when the dataset carries one).
-
-    `answers` are the group's answers matched to `items` as the rewards match them (`gapo.equivalence.match_item`;
-    None = invalid), so the metric and the reward never disagree about what is valid. TRL averages a step's values,
-    which gives the step's valid fraction (the groups have the same size) and its mean group JSD.
-    """
-    from gapo.eval.metrics import jsd_from_uniform, jsd_to_target
-
-    jsd = jsd_from_uniform(answers, items) if target is None else jsd_to_target(answers, items, target)
-    return {"diversity/valid_fraction": sum(a is not None for a in answers) / len(answers), "diversity/group_jsd": jsd}
-
-
-def log_group_diversity(
-    log_metric: Callable[[str, float], None] | None,
-    answers: Sequence[str | None],
-    items: Sequence[str],
-    target: Any = None,
-) -> None:
-    """Log `group_diversity_stats` through a group reward's `log_metric` (a no-op when called outside a trainer)."""
-    if log_metric is None:
-        return
-    for name, value in group_diversity_stats(answers, items, target).items():
-        log_metric(name, value)

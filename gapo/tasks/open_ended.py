@@ -10,6 +10,9 @@ from typing import Any
 
 from gapo.tasks.lists import chat_prompt
 
+#: Appended to every open question, so that the answer can be extracted (`gapo.rewards.extract_answer`).
+OPEN_SET_FORMAT = "Format your response as follows: <answer>your_answer</answer>."
+
 # --------------------------------------------------------------------------------------------------------------------
 # Open prompts (issue 13): "Name a country." Validity from a lexicon where a well-kept package has one
 # --------------------------------------------------------------------------------------------------------------------
@@ -209,6 +212,11 @@ def open_validity_map(categories: Sequence[str] = OPEN_TRAIN_CATEGORIES) -> dict
     return {c: open_validity(c) for c in categories}
 
 
+def open_prompt(question: str, answer_format: bool = True) -> str:
+    """An open-set question, with the answer format appended so the answer can be extracted."""
+    return f"{question} {OPEN_SET_FORMAT}" if answer_format else question
+
+
 def _check_open_categories(categories: Sequence[str]) -> tuple[str, ...]:
     cats = tuple(categories)
     unknown = [c for c in cats if c not in OPEN_QUESTIONS]
@@ -224,8 +232,6 @@ def open_prompt_rows(
 
     Columns: ``prompt`` (chat messages) and ``category``; no ``items``, since the valid answers are not a list.
     """
-    from gapo.eval.prompts import open_prompt
-
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")
     cats = _check_open_categories(categories)
@@ -246,5 +252,5 @@ def make_open_dataset(n: int, seed: int, **kwargs: Any) -> Any:
 
 
 def open_eval_prompts(categories: Sequence[str] = OPEN_HELDOUT_CATEGORIES) -> dict[str, str]:
-    """``{category: question}`` (each category's first question) in the form `gapo.eval.experiments.open_set` takes."""
+    """``{category: question}`` (each category's first question) in the form `gapo.repro.experiments.open_set` takes."""
     return {c: OPEN_QUESTIONS[c][0] for c in _check_open_categories(categories)}

@@ -39,7 +39,7 @@ def draw_target(rng: random.Random, k: int, resolution: int = 10) -> list[float]
     return [s / resolution for s in steps]
 
 
-def _target_row(
+def target_row(
     rng: random.Random, items: list[str], category: str, resolution: int, response_prefix: str | None
 ) -> dict[str, Any]:
     target = draw_target(rng, len(items), resolution)
@@ -71,7 +71,7 @@ def target_distribution_rows(
         raise ValueError(f"max_items={max_items} exceeds resolution={resolution}: every item needs at least one step")
     base = list_selection_rows(n, seed, min_items, max_items, categories)  # validates the arguments
     rng = random.Random(f"target-{seed}")
-    return [_target_row(rng, row["items"], row["category"], resolution, response_prefix) for row in base]
+    return [target_row(rng, row["items"], row["category"], resolution, response_prefix) for row in base]
 
 
 def make_target_distribution_dataset(n: int, seed: int, **kwargs: Any) -> Any:
@@ -79,41 +79,3 @@ def make_target_distribution_dataset(n: int, seed: int, **kwargs: Any) -> Any:
     import datasets
 
     return datasets.Dataset.from_list(target_distribution_rows(n, seed, **kwargs))
-
-
-def unseen_target_rows(
-    num_lists: int, seed: int, min_items: int = 2, max_items: int = 4, resolution: int = 10
-) -> list[dict[str, Any]]:
-    """Target prompts over the paper's *evaluation* lists (`gapo.eval.prompts.UNIFORMITY_LISTS`), never trained on.
-
-    For issue 13's "JSD to the target on unseen lists": one row per list, the category cycling through the ten.
-    """
-    from gapo.eval.prompts import UNIFORMITY_LISTS
-
-    if num_lists <= 0:
-        raise ValueError(f"num_lists must be positive, got {num_lists}")
-    if not 2 <= min_items <= max_items <= min(resolution, *(len(v) for v in UNIFORMITY_LISTS.values())):
-        raise ValueError(
-            f"need 2 <= min_items <= max_items <= 8 (list size) and <= resolution, got {min_items}, {max_items}"
-        )
-    rng = random.Random(f"unseen-target-{seed}")
-    names = list(UNIFORMITY_LISTS)
-    rows = []
-    for i in range(num_lists):
-        category = names[i % len(names)]
-        items = rng.sample(list(UNIFORMITY_LISTS[category]), rng.randint(min_items, max_items))
-        rows.append(_target_row(rng, items, category, resolution, None))
-    return rows
-
-
-def validate_target_column(rows: Any) -> None:
-    """Fail with one line naming the first row whose ``target`` does not fit its ``items`` (see `check_target`)."""
-    from gapo.rewards import check_target
-
-    if "target" not in (getattr(rows, "column_names", None) or []):
-        raise ValueError("training dataset has no 'target' column (a probability per item, in list order)")
-    for index, (items, target) in enumerate(zip(rows["items"], rows["target"], strict=True)):
-        try:
-            check_target(items, target)
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"dataset row {index}: {err}") from None

@@ -1,0 +1,372 @@
+"""Diversity and uniformity metrics of the paper (sections 6.1-6.3, Table 8), as pure functions.
+
+Why a module of its own: every experiment and notebook reduces samples with these, and the numbers must mean the
+same thing everywhere. All functions take plain Python sequences (or an array for embeddings) and return floats
+or small immutable values; none loads a model (unless handed an `Equivalence` with an embedding step).
+
+- `jsd_from_uniform`: how far a sampled answer distribution is from uniform over the offered items (6.1, Table 8 JS).
+- `unique_curve` / `unique_at`: distinct answer classes after each sample (6.2, Unique@500); valid-unique with
+  `validity`.
+- `self_bleu` (report ``1 - self_bleu``) and `mean_pairwise_cosine_distance`: lexical and semantic diversity (6.3).
+- `jsd_to_target`: like `jsd_from_uniform`, against a target distribution over the items (issue 13).
+- `coverage`: share of the offered items sampled at least once.
+- `jsd_valid_from_uniform` and `top_share`: the *distribution* apart from the *format* (issue 19): JSD among the
+  valid answers only, renormalised over the list, and the share of all samples taken by the most frequent item.
+
+Answers reach these functions already parsed: `gapo.rewards.extract_answer` (exactly one ``<answer>`` pair, else
+None: invalid) and, for lists, `gapo.equivalence.match_item`, the matching rule the rewards use too. Unique@n counts
+classes of `gapo.equivalence.Equivalence`, the partition the class rewards use.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gapo.equivalence import Equivalence
+from gapo.equivalence import match_item as match_item  # re-exported: one matching rule for rewards and metrics
+from gapo.equivalence import normalize_answer as normalize_answer  # re-exported: it used to live here
+
+#: Label of the extra bin for answers that are not one of the valid items (the paper's "NV").
+INVALID = "NV"
+
+#: Unique@n's classes when no equivalence is given: normalised text (case, spacing, edge punctuation).
+_DEFAULT_EQUIVALENCE = Equivalence()
+
+
+def _valid_set(valid_items: Sequence[str]) -> list[str]:
+    """Distinct valid items in first-seen order; an empty list is a caller error."""
+    items = list(dict.fromkeys(valid_items))
+    if not items:
+        raise ValueError("the list of valid items is empty")
+    return items
+
+
+@dataclass(frozen=True)
+class AnswerDistribution:
+    """Counts of each valid item (in list order) plus the invalid bin."""
+
+    items: tuple[str, ...]
+    counts: tuple[int, ...]
+    invalid: int
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts) + self.invalid
+
+    def probabilities(self) -> np.ndarray:
+        """Empirical distribution over ``items + [INVALID]`` (length L + 1, sums to 1)."""
+        if self.total == 0:
+            raise ValueError("no answers: the distribution is undefined")
+        return np.array([*self.counts, self.invalid], dtype=float) / self.total
+
+    def as_dict(self) -> dict[str, int]:
+        """``{item: count, ..., INVALID: count}`` (an item literally named like INVALID would be merged; avoid it)."""
+        return {**dict(zip(self.items, self.counts, strict=True)), INVALID: self.invalid}
+
+
+def answer_distribution(answers: Sequence[str | None], valid_items: Sequence[str]) -> AnswerDistribution:
+    """Count answers per valid item (exact string match); None and anything else go to the invalid bin.
+
+    Exact, because answers arrive already matched to items (`match_item`, the rule the rewards use).
+
+    >>> answer_distribution(["a", "a", "b", None, "z"], ["a", "b", "c"])
+    AnswerDistribution(items=('a', 'b', 'c'), counts=(2, 1, 0), invalid=2)
+    """
+    items = _valid_set(valid_items)
+    counter = Counter(answers)
+    counts = tuple(counter.get(item, 0) for item in items)
+    return AnswerDistribution(tuple(items), counts, len(answers) - sum(counts))
+
+
+def _kl2(p: np.ndarray, q: np.ndarray) -> float:
+    """KL(p || q) in bits, with 0 log 0 = 0 (q > 0 wherever p > 0 is the caller's job)."""
+    mask = p > 0
+    return float(np.sum(p[mask] * np.log2(p[mask] / q[mask])))
+
+
+def jensen_shannon(p: np.ndarray, q: np.ndarray) -> float:
+    """Base-2 Jensen-Shannon divergence of two distributions on the same support; in [0, 1]."""
+    m = 0.5 * (p + q)
+    value = 0.5 * _kl2(p, m) + 0.5 * _kl2(q, m)
+    return float(min(1.0, max(0.0, value)))  # clip float noise
+
+
+def jsd_from_uniform(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Base-2 JSD between the answers' distribution over ``valid items + invalid`` and uniform over the valid items.
+
+    The target puts 1/L on each of the L distinct valid items and 0 on the invalid bin (the paper's 12.5% each for
+    its 8-item lists). 0 means perfectly uniform and always valid; 1 means every answer invalid (disjoint support).
+    Example: L = 2 and answers (a, a): P = (1, 0, 0), Q = (1/2, 1/2, 0), M = (3/4, 1/4, 0), so
+    JSD = 1/2 * log2(4/3) + 1/2 * (1/2 log2(2/3) + 1/2 log2(2)) = 0.311.
+    """
+    items = _valid_set(valid_items)
+    return jsd_to_target(answers, items, [1.0 / len(items)] * len(items))
+
+
+def jsd_to_target(
+    answers: Sequence[str | None], items: Sequence[str], target: Mapping[str, float | None] | Sequence[float]
+) -> float:
+    """Base-2 JSD between the answers' distribution over ``items + invalid`` and a target p over the items.
+
+    `target` is as for `gapo.rewards.target_distribution_reward` (a list in item order, or item -> p), checked the
+    same way. The invalid bin gets target 0. Example: p = (0.7, 0.3) and answers (a, a, a, b): P = (0.75, 0.25, 0).
+    """
+    probs = check_target(items, target)
+    dist = answer_distribution(answers, items)
+    q = np.array([probs[item] for item in dist.items] + [0.0])
+    return jensen_shannon(dist.probabilities(), q)
+
+
+def jsd_valid_from_uniform(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Base-2 JSD from uniform over the list among the *valid* answers only (invalid ones dropped, the rest
+    renormalised); NaN when no answer is valid.
+
+    Why beside `jsd_from_uniform`: that one mixes format (the invalid bin) and distribution. A model that learns only
+    to answer in the format lowers it without moving its valid answers towards uniform; this one sees only the latter.
+    Example: answers (a, a, None) over [a, b] give P = (1, 0) among valid ones: JSD = 0.311, as for (a, a).
+    """
+    items = _valid_set(valid_items)
+    valid = [a for a in answers if a in set(items)]
+    if not valid:
+        return float("nan")
+    return jsd_from_uniform(valid, items)
+
+
+def top_share(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Share of *all* answers (invalid ones in the denominator) taken by the most frequent valid item; in [0, 1].
+
+    The collapse check: a uniform sampler over L items sits near 1/L; a model that says Mercury 65 times in 100 gives
+    0.65. Example: (a, a, b, None) over [a, b, c] gives 2/4 = 0.5.
+    """
+    dist = answer_distribution(answers, valid_items)
+    if dist.total == 0:
+        raise ValueError("no answers: the top share is undefined")
+    return max(dist.counts) / dist.total
+
+
+def coverage(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Share of the distinct valid items that were answered at least once; in [0, 1]."""
+    items = _valid_set(valid_items)
+    seen = set(answers)
+    return sum(item in seen for item in items) / len(items)
+
+
+def unique_curve(
+    answers: Sequence[str | None], equivalence: Equivalence | None = None, validity: Callable[[str], bool] | None = None
+) -> list[int]:
+    """Cumulative number of distinct answer classes after each sample (None / empty answers add nothing).
+
+    Classes are those of `equivalence` (default: normalised text, `gapo.equivalence.Normalized`), computed once over
+    all the answers, so the curve counts the classes of one fixed partition and never decreases. With `validity`,
+    only answers it accepts count: valid-unique (issue 14); an unchecked category's validity accepts nothing.
+
+    >>> unique_curve(["Paris", "paris.", None, "Rome"])
+    [1, 1, 1, 2]
+    """
+    kept = [a if a is not None and (validity is None or validity(a)) else None for a in answers]
+    labels = (equivalence or _DEFAULT_EQUIVALENCE).partition(kept).labels
+    seen: set[int] = set()
+    curve = []
+    for label in labels:
+        if label is not None:
+            seen.add(label)
+        curve.append(len(seen))
+    return curve
+
+
+def unique_at(
+    answers: Sequence[str | None],
+    n: int,
+    equivalence: Equivalence | None = None,
+    validity: Callable[[str], bool] | None = None,
+) -> int:
+    """Distinct answer classes among the first `n` (Unique@n; valid-unique@n with `validity`); needs n answers."""
+    if n <= 0:
+        raise ValueError(f"n must be positive, got {n}")
+    if len(answers) < n:
+        raise ValueError(f"unique@{n} needs {n} answers, got {len(answers)}")
+    return unique_curve(answers[:n], equivalence, validity)[-1]
+
+
+def self_bleu(texts: Sequence[str]) -> float:
+    """Mean sentence BLEU of each text against all the others, in [0, 1] (sacrebleu: 13a tokens, exp smoothing).
+
+    High means the texts repeat each other; the paper reports ``1 - self_bleu`` as lexical diversity.
+    Identical texts give 1; texts sharing no words give ~0. Empty texts are scored, never an error.
+    """
+    from sacrebleu.metrics import BLEU
+
+    if len(texts) < 2:
+        raise ValueError(f"self-BLEU needs at least 2 texts, got {len(texts)}")
+    bleu = BLEU(effective_order=True)
+    scores = []
+    for i, text in enumerate(texts):
+        refs = [t for j, t in enumerate(texts) if j != i]
+        scores.append(bleu.sentence_score(text, refs).score / 100.0)
+    return float(min(1.0, max(0.0, sum(scores) / len(scores))))
+
+
+def mean_pairwise_cosine_distance(embeddings: np.ndarray | Sequence[Sequence[float]]) -> float:
+    """Mean of ``1 - cos(e_i, e_j)`` over all pairs i < j; in [0, 2]. Zero vectors are treated as orthogonal."""
+    x = np.asarray(embeddings, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise ValueError(f"need an (n >= 2, d) array of embeddings, got shape {x.shape}")
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    unit = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    sims = unit @ unit.T  # (n, n)
+    n = x.shape[0]
+    upper = sims[np.triu_indices(n, k=1)]
+    value = float(np.mean(1.0 - upper))
+    return float(min(2.0, max(0.0, value))) if math.isfinite(value) else float("nan")
+
+
+# --- per-sample scores and bootstrap intervals (issue 14: creativity with 95% intervals) ----------------------------
+
+
+def sentence_self_bleu(texts: Sequence[str]) -> list[float]:
+    """Each text's sentence BLEU against all the others, in [0, 1]; their mean is `self_bleu` (before its clip).
+
+    Why per text: a bootstrap over outputs needs one score per output, computed once (`stratified_bootstrap`).
+    """
+    from sacrebleu.metrics import BLEU
+
+    if len(texts) < 2:
+        raise ValueError(f"self-BLEU needs at least 2 texts, got {len(texts)}")
+    bleu = BLEU(effective_order=True)
+    return [
+        bleu.sentence_score(text, [t for j, t in enumerate(texts) if j != i]).score / 100.0
+        for i, text in enumerate(texts)
+    ]
+
+
+def cosine_distance_to_others(embeddings: np.ndarray | Sequence[Sequence[float]]) -> np.ndarray:
+    """Each row's mean ``1 - cos`` to the other rows, shape (n,); their mean is `mean_pairwise_cosine_distance`.
+
+    Every pair is counted once from each side, so averaging these n scores gives the mean over pairs exactly.
+    Zero vectors are treated as orthogonal, as there.
+    """
+    x = np.asarray(embeddings, dtype=np.float64)
+    if x.ndim != 2 or x.shape[0] < 2:
+        raise ValueError(f"need an (n >= 2, d) array of embeddings, got shape {x.shape}")
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    unit = np.divide(x, norms, out=np.zeros_like(x), where=norms > 0)
+    dist = 1.0 - unit @ unit.T  # (n, n)
+    np.fill_diagonal(dist, 0.0)
+    return np.clip(dist.sum(axis=1) / (x.shape[0] - 1), 0.0, 2.0)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate and its bootstrap percentile interval ``[low, high]``."""
+
+    estimate: float
+    low: float
+    high: float
+
+
+def stratified_bootstrap(
+    groups: Sequence[Sequence[float]], resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[Interval, list[Interval]]:
+    """Percentile bootstrap of the mean over groups of each group's mean score, resampling within each group.
+
+    `groups` holds one list of per-output scores per prompt (`sentence_self_bleu`, `cosine_distance_to_others`).
+    Each resample draws every group's outputs with replacement (stratified: the prompts stay fixed, as in the
+    experiment), and the interval is the ``(1 - level) / 2`` and ``(1 + level) / 2`` percentiles of the
+    resampled statistic. Returns the overall interval and one per group (from the same draws).
+
+    Why resample scores rather than recompute them: the scores are computed once on all the outputs, so this is
+    cheap (no re-embedding, no BLEU per resample); it measures how much the mean moves with which outputs were
+    drawn, not how each output's score would change against a different set of others.
+
+    >>> overall, per_group = stratified_bootstrap([[0.5, 0.5], [1.0, 1.0]])
+    >>> overall
+    Interval(estimate=0.75, low=0.75, high=0.75)
+    """
+    if not groups or any(len(g) == 0 for g in groups):
+        raise ValueError("every group needs at least one score")
+    if resamples < 1:
+        raise ValueError(f"resamples must be positive, got {resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rng = np.random.default_rng(seed)
+    means = []  # per group: (1 + resamples,), column 0 the point estimate
+    for group in groups:
+        values = np.asarray(group, dtype=np.float64)
+        n = len(values)
+        draws = np.concatenate([np.arange(n)[None, :], rng.integers(0, n, size=(resamples, n))])  # (1 + R, n)
+        means.append(values[draws].mean(axis=1))
+    stacked = np.stack(means)  # (groups, 1 + R)
+    tails = 100.0 * np.array([(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+
+    def interval(row: np.ndarray) -> Interval:
+        low, high = np.percentile(row[1:], tails)
+        return Interval(float(row[0]), float(low), float(high))
+
+    return interval(stacked.mean(axis=0)), [interval(row) for row in stacked]
+
+
+def check_target(items: Sequence[str], target: Mapping[str, float | None] | Sequence[float]) -> dict[str, float]:
+    """A target distribution over `items` as ``{item: p}`` (unnamed items get 0), or a one-line error.
+
+    `target` is a list of probabilities in the order of `items` (the dataset column form: Arrow stores it well) or
+    a mapping item -> probability (None values, as Arrow fills struct columns, count as absent).
+    """
+    if len(set(items)) != len(items):
+        dup = next(item for item in items if list(items).count(item) > 1)
+        raise ValueError(f"target distribution: the list has the duplicate item {dup!r}")
+    if isinstance(target, Mapping):
+        unknown = [k for k, v in target.items() if v is not None and k not in set(items)]
+        if unknown:
+            raise ValueError(
+                f"target names {unknown[0]!r}, which is not in the list {list(items)}; name only the list's items"
+            )
+        probs = {item: 0.0 if target.get(item) is None else target[item] for item in items}
+    else:
+        if len(target) != len(items):
+            raise ValueError(
+                f"target has {len(target)} probabilities for {len(items)} items; give one per item, in list order"
+            )
+        probs = dict(zip(items, target, strict=True))
+    for item, p in probs.items():
+        if not isinstance(p, (int, float)) or not math.isfinite(p) or p < 0:
+            raise ValueError(f"target probability of {item!r} is {p!r}; probabilities must be finite and >= 0")
+    total = sum(probs.values())
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f"target distribution sums to {total:g}, not 1; make the probabilities sum to 1")
+    return {item: float(p) for item, p in probs.items()}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Training metrics of one group: logged by the list rewards through TRL's `log_metric`, once per group
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def group_diversity_stats(answers: Sequence[str | None], items: Sequence[str], target: Any = None) -> dict[str, float]:
+    """Valid fraction and Jensen-Shannon divergence of one group's answers from uniform over its items (from the
+    row's `target` distribution instead, when the dataset carries one).
+
+    `answers` are the group's answers matched to `items` as the rewards match them (`gapo.equivalence.match_item`;
+    None = invalid), so the metric and the reward never disagree about what is valid. TRL averages a step's values,
+    which gives the step's valid fraction (the groups have the same size) and its mean group JSD.
+    """
+    jsd = jsd_from_uniform(answers, items) if target is None else jsd_to_target(answers, items, target)
+    return {"diversity/valid_fraction": sum(a is not None for a in answers) / len(answers), "diversity/group_jsd": jsd}
+
+
+def log_group_diversity(
+    log_metric: Callable[[str, float], None] | None,
+    answers: Sequence[str | None],
+    items: Sequence[str],
+    target: Any = None,
+) -> None:
+    """Log `group_diversity_stats` through a group reward's `log_metric` (a no-op when called outside a trainer)."""
+    if log_metric is None:
+        return
+    for name, value in group_diversity_stats(answers, items, target).items():
+        log_metric(name, value)

@@ -1,0 +1,91 @@
+"""Stage `train_gapo`: GRPO with the frequency-aware group reward and LoRA, one run per `policies` entry.
+
+Each run (adapter name -> base model) uses the `train` section's settings on `data/train.jsonl` (checked to be the
+dataset those settings build), trains in ``<runs_dir>/gapo-<name>`` (an interrupted run resumes from its last
+complete checkpoint) and its adapter is copied to ``<adapters_dir>/<name>`` (the `models` section's ``gapo`` entry
+points there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gapo.repro import pipeline
+from gapo.repro.stages.common import StageResult, train_adapter, training_log
+
+FILES = {"train": "results/train_gapo.csv"}
+
+#: The per-step columns results/train_gapo.csv keeps (those the run logged), in this order.
+LOG_COLUMNS = (
+    "policy",
+    "step",
+    "loss",
+    "reward",
+    "rewards/mean",
+    "rewards/std",
+    "diversity/valid_fraction",
+    "diversity/group_jsd",
+    "train/frac_zero_std_groups",
+    "step_time",
+)
+
+
+def check_dataset(config: Any, rows: Sequence[Mapping[str, Any]], path: str) -> None:
+    """Stop before training when `rows` (the generate stage's file) are not the dataset `config` builds.
+
+    `gapo train` builds its prompts from its own settings; the stage must train on the file DVC tracks, so the two
+    must agree row for row.
+    """
+    from gapo.tasks.lists import list_selection_rows
+
+    expected = list_selection_rows(
+        config.num_prompts, config.seed, config.min_items, config.max_items, config.categories, config.response_prefix
+    )
+    if expected != list(rows):
+        raise ValueError(
+            f"{path} is not the dataset the train settings build (train takes them from the data section): "
+            "rerun stage generate (dvc repro generate)"
+        )
+
+
+def run(
+    P: Mapping[str, Any], runs_dir: str | Path = "outputs/runs", adapters_dir: str | Path = "models/gapo"
+) -> StageResult:
+    """Train every policy of `P["policies"]`; `P` is `stage_params("train_gapo", ...)`.
+
+    Tables: ``train`` (every run's per-step metrics, `LOG_COLUMNS`, with a ``policy`` column), ``summary`` (per
+    policy: steps, minutes, first and last step's metrics). Metrics: each run's summary, by policy.
+    """
+    from gapo.train import TrainConfig
+
+    data_path = P["data"]["out"]
+    data_rows = pipeline.read_jsonl(data_path)
+    summaries, logs = {}, []
+    for name, base_model in P["policies"].items():
+        config = TrainConfig(**{**P["train"], "model": base_model, "output_dir": str(Path(runs_dir) / f"gapo-{name}")})
+        check_dataset(config, data_rows, data_path)
+        summaries[name] = train_adapter(config, Path(adapters_dir) / name, title=name)
+        logs.append(training_log(config).assign(policy=name))
+    log = pd.concat(logs, ignore_index=True)
+    log = log[[c for c in LOG_COLUMNS if c in log]]
+    tables = {"train": log, "summary": summary_table(summaries)}
+    return StageResult(tables, {"policies": summaries, "profile": P["profile"]}, list(summaries), files=FILES)
+
+
+def summary_table(summaries: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """One column per policy: steps, minutes, and the first and last step's metrics (``first x``, ``last x``)."""
+    return pd.DataFrame(
+        {
+            name: {
+                "steps": s["steps"],
+                "minutes": s["train_seconds"] / 60,
+                **{f"first {k}": v for k, v in s["first"].items()},
+                **{f"last {k}": v for k, v in s["last"].items()},
+            }
+            for name, s in summaries.items()
+        }
+    )

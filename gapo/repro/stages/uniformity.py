@@ -1,0 +1,138 @@
+"""Stage `uniformity` (Figures 4 and 8, Table 8): JSD from uniform over unseen lists, and the baselines table.
+
+Each model of `uniformity.models` picks an item ``n`` times from each of the lists (`gapo.repro.experiments.
+uniformity`); its metrics document carries each model's whole experiment summary. Table 8 (Appendix G) puts each
+`table8_models` entry's mean JSD beside its Unique@n from stage `open_set` (metrics/open_set.json), with the paper's
+rows (`gapo.repro.paper.PAPER_TABLE8`) after ours.
+
+The lists are asked as a user asks them: the model writes ``<answer>...</answer>`` itself (`sampling.response_prefix`,
+null in the embedded profile, as in the paper). The `prefill_models` are sampled a second time with `prefill` (e.g.
+``<answer>``) written for them, and their summaries gain ``<key>_prefilled`` (mean_jsd, mean_invalid_rate, ...): the
+format crutch's effect, reported beside the real setting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gapo.repro import pipeline
+from gapo.repro.experiments import uniformity
+from gapo.repro.paper import PAPER_TABLE8
+from gapo.repro.stages.common import StageResult, evaluate_models, labels_of, split_categories, stack
+
+FILES = {
+    "distribution": "results/uniformity_distribution.csv",
+    "per_list": "results/uniformity_per_list.csv",
+    "table8": "figures/table8_baselines.csv",
+    "metrics": "metrics/uniformity.json",
+}
+
+#: The sample sizes behind the paper's Table 8 rows: samples per list (JSD) and per open question (Unique@500).
+PAPER_TABLE8_SAMPLES = {"samples_per_list": 100, "samples_per_question": 500}
+
+
+def read_open_set(path: str | Path, names: Sequence[str]) -> dict[str, Any]:
+    """Stage open_set's metrics document; one line, before any sampling, when it lacks one of `names`."""
+    document = json.loads(Path(path).read_text(encoding="utf-8"))
+    missing = [m for m in names if m not in document["models"]]
+    if missing:
+        raise ValueError(f"{path} has no {missing}: add them to open_set.models")
+    return document
+
+
+def table8(
+    summaries: Mapping[str, Mapping[str, Any]],
+    open_set_doc: Mapping[str, Any],
+    names: Sequence[str],
+    labels: Mapping[str, str],
+    source: str,
+    samples_per_list: int,
+) -> pd.DataFrame:
+    """Table 8: per model of `names`, its mean JSD (`summaries[name]`, uniformity) and mean Unique@n (open set),
+    then the paper's rows. ``source`` names this run's rows (e.g. "this run (embedded)")."""
+    open_set_n = open_set_doc["settings"]["n"]
+    rows = [
+        {
+            "source": source,
+            "model": labels[m],
+            "js": summaries[m]["mean_jsd"],
+            "unique": open_set_doc["models"][m]["mean_unique"],
+            "samples_per_list": samples_per_list,
+            "samples_per_question": open_set_n,
+        }
+        for m in names
+    ]
+    rows += [
+        {"source": "paper (Qwen2.5-7B-Instruct)", "model": row, "js": js, "unique": unique, **PAPER_TABLE8_SAMPLES}
+        for row, (js, unique) in PAPER_TABLE8.items()
+    ]
+    return pd.DataFrame(rows)
+
+
+def prefilled(P: Mapping[str, Any], raw_dir: str | Path | None) -> dict[str, dict[str, Any]]:
+    """The `prefill_models`' uniformity summaries with `prefill` pre-filled ({} when none are named)."""
+    cfg = P["uniformity"]
+    names = list(cfg.get("prefill_models") or [])
+    if not names:
+        return {}
+    if not cfg.get("prefill"):
+        raise ValueError("uniformity.prefill_models needs uniformity.prefill (the pre-filled text, e.g. <answer>)")
+    samplers = pipeline.Samplers(
+        names, P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
+    )
+    raw = Path(raw_dir) / "prefilled" if raw_dir is not None else None
+    results = evaluate_models(
+        samplers,
+        lambda sampler, out: uniformity(
+            sampler, n=cfg["n"], num_lists=cfg["num_lists"], seed=cfg["seed"], response_prefix=cfg["prefill"], out=out
+        ),
+        raw,
+        lambda name, r: f"{name}, {cfg['prefill']} pre-filled: mean JSD from uniform = {r.summary['mean_jsd']:.3f}",
+    )
+    return {name: r.summary for name, r in results.items()}
+
+
+def run(
+    P: Mapping[str, Any],
+    raw_dir: str | Path | None = "outputs/raw/uniformity",
+    open_set_metrics: str | Path = "metrics/open_set.json",
+) -> StageResult:
+    """JSD from uniform of every model and Table 8; `P` is `stage_params("uniformity", ...)`.
+
+    Raw samples go to ``raw_dir/<model>.json``. Tables: ``distribution`` (answer shares per list, NV included),
+    ``per_list`` (one row per model and list), ``table8``. Figure: ``fig4_categories`` (Figure 4's panels),
+    ``other_categories`` (Figure 8's), ``models`` (those drawn).
+    """
+    cfg = P["uniformity"]
+    open_set_doc = read_open_set(open_set_metrics, cfg["table8_models"])
+    samplers = pipeline.Samplers(
+        cfg["models"], P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
+    )
+    results = evaluate_models(
+        samplers,
+        lambda sampler, out: uniformity(sampler, n=cfg["n"], num_lists=cfg["num_lists"], seed=cfg["seed"], out=out),
+        raw_dir,
+        lambda name, r: f"{name}: mean JSD from uniform = {r.summary['mean_jsd']:.3f}",
+    )
+    names = list(results)
+    labels = labels_of(names, P["models"])
+    distribution = stack(results, "distribution", model_first=False)
+    per_list = stack(results, "per_list", model_first=False)
+    summaries = {name: dict(r.summary) for name, r in results.items()}
+    for name, summary in prefilled(P, raw_dir).items():
+        summaries[name].update({f"{key}_prefilled": v for key, v in summary.items()})
+    metrics = {
+        "models": summaries,
+        "profile": P["profile"],
+        "settings": {"n": cfg["n"], "lists": int(per_list["category"].nunique())},
+    }
+    table = table8(summaries, open_set_doc, cfg["table8_models"], labels, f"this run ({P['profile']})", cfg["n"])
+    fig4, others = split_categories(per_list, cfg["fig4_categories"])
+    figure = {"fig4_categories": fig4, "other_categories": others, "models": list(cfg["figure_models"])}
+    tables = {"distribution": distribution, "per_list": per_list, "table8": table}
+    return StageResult(tables, metrics, names, labels, results, figure, files=FILES)
