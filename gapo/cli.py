@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from gapo.models import ModelLoadError
+
 #: subcommand -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gapo.train", "train a LoRA adapter with GAPO on synthetic list prompts"),
@@ -31,8 +33,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gapo: error: unknown command {argv[0]!r}", file=sys.stderr)
             return 2
         return 0
-    from gapo.models import ModelLoadError
-
     module = importlib.import_module(COMMANDS[argv[0]][0])
     try:
         return int(module.cli(argv[1:]) or 0)

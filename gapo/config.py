@@ -119,8 +119,56 @@ def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentPar
     return parser
 
 
+#: params.yaml sections whose profile value replaces the default one whole (name -> spec mappings; merging would mix
+#: two profiles' models).
+REPLACED_SECTIONS: frozenset[str] = frozenset({"models", "policies"})
+#: The profile the top-level sections of params.yaml are.
+DEFAULT_PROFILE = "embedded"
+
+
+def profile_sections(data: Mapping[str, Any], profile: str | None = None, where: str = "params.yaml") -> dict[str, Any]:
+    """Every section of a params file with a `profiles:` mapping, as `profile` (default: the file's `profile:`)
+    changes them; `train` and `sft` get the dataset settings of the resulting `data` (`with_data_settings`).
+
+    A profile lists every section ({} for no change); an ordinary section's keys are overridden one by one, the name
+    -> spec mappings of REPLACED_SECTIONS are replaced whole. Any mismatch is a one-line ValueError. Why in the core:
+    it is how the config file of every entry point (`gapo train --params`) is read; the harness's pipeline adds its
+    cross-checks of model names on top (gapo.repro.profiles).
+    """
+    name = profile if profile is not None else data.get("profile", DEFAULT_PROFILE)
+    profiles = data["profiles"]
+    if name not in profiles:
+        raise ValueError(f"unknown profile {name!r}; {Path(where).name} defines: {', '.join(profiles)}")
+    sections = {key: value for key, value in data.items() if key not in ("profile", "profiles")}
+    overrides = profiles[name] or {}
+    missing = [s for s in sections if s not in overrides]
+    if missing:
+        raise ValueError(
+            f"profile {name!r} must list every section (use {{}} for no change); missing: {', '.join(missing)}"
+        )
+    resolved: dict[str, Any] = {}
+    for section, base in sections.items():
+        change = overrides.get(section) or {}
+        if section in REPLACED_SECTIONS:
+            resolved[section] = dict(change or base)
+            continue
+        unknown = sorted(set(change) - set(base))
+        if unknown:
+            raise ValueError(
+                f"profile {name!r} overrides unknown keys of [{section}]: {', '.join(unknown)} "
+                f"(known: {', '.join(base)})"
+            )
+        resolved[section] = {**base, **change}
+    unknown_sections = sorted(set(overrides) - set(sections))
+    if unknown_sections:
+        raise ValueError(f"profile {name!r} overrides unknown sections: {', '.join(unknown_sections)}")
+    resolved = with_data_settings(resolved, f"{where} (profile {name!r})")
+    resolved["profile"] = {"name": name}
+    return resolved
+
+
 def profile_section(path: str | Path, section: str) -> dict[str, Any]:
-    """params.yaml's `section` as the file's active `profile:` resolves it (gapo.repro.pipeline), so that `gapo train`
+    """params.yaml's `section` as the file's active `profile:` resolves it (`profile_sections`), so that `gapo train`
     in a profile's workspace trains what that profile's pipeline stage trains; a plain section when the file has no
     `profiles:` mapping or the profiles do not cover the section. Either way `train` and `sft` get the dataset
     settings of `data` (`with_data_settings`)."""
@@ -128,9 +176,7 @@ def profile_section(path: str | Path, section: str) -> dict[str, Any]:
     if not isinstance(data.get("profiles"), dict) or section not in data:
         load_params(path, section)  # a missing section is a one-line error naming those there
         return dict(with_data_settings(data, str(path))[section] or {})
-    from gapo.repro.pipeline import resolve
-
-    return dict(resolve(None, path)[section])
+    return dict(profile_sections(data, None, str(path))[section])
 
 
 def config_from_cli(cls: type[T], argv: list[str] | None, prog: str, section: str, description: str) -> T:

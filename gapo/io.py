@@ -9,16 +9,20 @@ the current umask, so a result written atomically is as readable as one written 
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
 TEMP_SUFFIX = ".partial"
+
+logger = logging.getLogger(__name__)
 
 
 def default_file_mode() -> int:
@@ -96,10 +100,24 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     return Path(path)
 
 
+def json_ready(value: Any) -> Any:
+    """`value` made JSON-ready: numpy scalars to Python, NaN/inf to None (DVC and JSON readers choke on NaN)."""
+    if isinstance(value, Mapping):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
+
+
 def write_json_atomic(path: str | Path, document: Any, **dumps_kwargs: Any) -> Path:
-    """``json.dumps(document, **dumps_kwargs)`` plus a final newline, written atomically (UTF-8, no escaping)."""
+    """``json.dumps(json_ready(document), **dumps_kwargs)`` plus a final newline, written atomically (UTF-8, no
+    escaping). The one JSON writer: results, metrics, run configs and summaries all go through it."""
     dumps_kwargs.setdefault("ensure_ascii", False)
-    return write_text_atomic(path, json.dumps(document, **dumps_kwargs) + "\n")
+    return write_text_atomic(path, json.dumps(json_ready(document), **dumps_kwargs) + "\n")
 
 
 def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> Path:
@@ -108,6 +126,26 @@ def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> P
         for record in records:
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return Path(path)
+
+
+def read_jsonl(path: str | Path, *, torn_tail: bool = False) -> list[dict[str, Any]]:
+    """The rows of a JSONL file (the one JSONL reader); a line that is not JSON is a one-line error naming the file
+    and line. `torn_tail=True` drops a bad *last* line with a warning instead: what a kill mid-append leaves in a log
+    (a training run's metrics.jsonl); a bad line anywhere else is not a kill's doing, so it stays an error."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if torn_tail and number == len(lines):
+                logger.warning("%s: dropped a torn last line (%s), left by an interrupted run", path, err.msg)
+                continue
+            fix = "; fix or delete that line" if torn_tail else ""
+            raise ValueError(f"{path}: line {number} is not JSON ({err.msg}){fix}") from err
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -143,8 +181,6 @@ def atomic_dir(path: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
 
 def sha256_file(path: str | Path) -> str:
     """Hex sha256 of a file, read in 4 MiB chunks (the caches hash multi-GB weights)."""
-    import hashlib
-
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 22), b""):

@@ -32,9 +32,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gapo import defaults
+from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
-from gapo.io import atomic_dir, write_text_atomic
+from gapo.config import config_from_cli
+from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_text_atomic
+from gapo.rewards import (
+    ClassFrequencyReward,
+    frequency_reward,
+    target_distribution_reward,
+    validate_items_column,
+    validate_target_column,
+)
+from gapo.tasks import lists, open_ended, targets
 
 logger = logging.getLogger(__name__)
 
@@ -131,9 +140,7 @@ def config_problem(cfg: TrainConfig) -> str | None:
         return f"lora_dropout must be in [0, 1), got {cfg.lora_dropout}"
     if not cfg.beta >= 0:
         return f"beta (the KL coefficient) must be >= 0, got {cfg.beta}"
-    from gapo.backends import BACKENDS
-
-    if cfg.backend not in BACKENDS:
+    if cfg.backend not in backends.BACKENDS:
         return f"backend must be one of auto, unsloth, peft, got {cfg.backend!r}"
     if cfg.vllm_mode not in ("colocate", "server"):
         return f"vllm_mode must be colocate or server, got {cfg.vllm_mode!r}"
@@ -153,15 +160,6 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
     checkpointing are the same. `open` refuses a category without a lexicon ("validity unchecked"), since its reward
     could not tell a valid answer from an invalid one.
     """
-    from gapo.rewards import (
-        ClassFrequencyReward,
-        frequency_reward,
-        target_distribution_reward,
-        validate_items_column,
-        validate_target_column,
-    )
-    from gapo.tasks import lists, open_ended, targets
-
     if cfg.task == "open":
         categories = tuple(cfg.categories or open_ended.OPEN_TRAIN_CATEGORIES)
         unchecked = [
@@ -195,7 +193,7 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
 
 def gapo_config(cfg: TrainConfig) -> Any:
     """The GAPOConfig (TRL arguments) for a TrainConfig; raises the config errors before any model loads."""
-    from gapo.trainer import GAPOConfig
+    from gapo.trainer import GAPOConfig  # unsloth: trl (which gapo.trainer imports) must load after backends.activate
 
     extra = {"lora_target_modules": cfg.lora_target_modules} if cfg.lora_target_modules else {}
     return GAPOConfig(
@@ -231,7 +229,7 @@ def gapo_config(cfg: TrainConfig) -> Any:
 
 
 def _metrics_callback(path: Path) -> Any:
-    from transformers import TrainerCallback
+    from transformers import TrainerCallback  # unsloth: transformers must load after backends.activate
 
     class JsonlMetrics(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001, ANN201
@@ -245,24 +243,9 @@ def _metrics_callback(path: Path) -> Any:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl; a torn last line (a kill mid-write) is dropped with a warning naming the file.
-
-    A bad line anywhere else is not a kill's doing, so it is an error naming the file and line.
-    """
-    if not path.is_file():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    rows = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if number < len(lines):
-                raise ValueError(f"{path}: line {number} is not JSON ({err.msg}); fix or delete that line") from err
-            logger.warning("%s: dropped a torn last line (%s), left by an interrupted run", path, err.msg)
-    return rows
+    """The rows of a metrics.jsonl (none when there is none yet); a torn last line (a kill mid-write) is dropped with a
+    warning naming the file, a bad line anywhere else is an error naming the file and line (`gapo.io.read_jsonl`)."""
+    return read_jsonl(path, torn_tail=True) if path.is_file() else []
 
 
 def _trim_metrics(path: Path, last_step: int) -> None:
@@ -280,13 +263,11 @@ def _trim_metrics(path: Path, last_step: int) -> None:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Run GAPO training; returns the final summary (also written to output_dir/metrics.json)."""
-    from gapo import backends, models
-
     # The backend first: Unsloth must be imported before trl (gapo.trainer imports trl).
     backend = backends.resolve(cfg.backend)
     backends.check_vllm(cfg.use_vllm)
     backends.activate(backend)
-    from gapo.trainer import GAPOTrainer
+    from gapo.trainer import GAPOTrainer  # unsloth: only now may trl load
 
     # Everything that can be wrong is checked before the model loads.
     args = gapo_config(cfg)
@@ -345,8 +326,6 @@ def save_adapter(trainer: Any, tokenizer: Any, target: Path) -> None:
     `save_pretrained` of a shard crashes). It writes into one staging folder all processes know, named like
     `gapo.io`'s temp folders (so a resume after a kill removes it); the main process then moves it into place.
     """
-    from gapo.io import TEMP_SUFFIX
-
     accelerator = trainer.accelerator
     staging = target.parent / f".{target.name}.save{TEMP_SUFFIX}"
     if accelerator.is_main_process:
@@ -385,8 +364,6 @@ def summarize(metrics_path: Path) -> dict[str, Any]:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    from gapo.config import config_from_cli
-
     cfg = config_from_cli(TrainConfig, argv, "gapo train", "train", "Train a LoRA adapter with GAPO.")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     summary = train(cfg)

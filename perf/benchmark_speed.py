@@ -18,7 +18,7 @@ import argparse
 import json
 import time
 
-from gapo.repro import pipeline
+from gapo.repro import profiles
 from gapo.repro.benchmarks import BenchmarkSettings, evaluate_model, load_generate
 from gapo.repro.stages.benchmarks import settings_of
 
@@ -26,7 +26,7 @@ from gapo.repro.stages.benchmarks import settings_of
 def measure(model: str, benchmarks: list[str], problems: int, seed: int) -> dict[str, dict[str, float]]:
     """{benchmark: {problems, seconds, seconds_per_problem, accuracy}} for one run of `problems` problems each."""
     generate = load_generate(model, temperature=0.7)
-    defaults = settings_of(pipeline.stage_params("benchmarks", "embedded")["benchmarks"])  # params.yaml's
+    defaults = settings_of(profiles.stage_params("benchmarks", "embedded")["benchmarks"])  # params.yaml's
     out = {}
     for name in benchmarks:
         settings = BenchmarkSettings(

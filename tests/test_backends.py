@@ -124,13 +124,13 @@ def test_train_cli_refuses_gpu_settings_before_loading(tmp_path, flags, message)
 
 @CPU_ONLY
 def test_gpu_profile_refuses_on_cpu_before_writing_anything():
-    from gapo.repro import pipeline
+    from gapo.repro import pipeline, profiles
 
     params = ROOT / "params.yaml"
     before = params.read_text(encoding="utf-8")
-    assert pipeline.needs_gpu(pipeline.resolve("paper", params))
-    assert not pipeline.needs_gpu(pipeline.resolve("embedded", params))
-    with pytest.raises(pipeline.PipelineError, match="profile 'paper' .* needs a CUDA GPU"):
+    assert pipeline.needs_gpu(profiles.resolve("paper", params))
+    assert not pipeline.needs_gpu(profiles.resolve("embedded", params))
+    with pytest.raises(profiles.PipelineError, match="profile 'paper' .* needs a CUDA GPU"):
         pipeline.use_profile("paper", params)
     assert not (ROOT / "runs" / "profiles" / "paper").exists()
     assert params.read_text(encoding="utf-8") == before

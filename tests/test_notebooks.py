@@ -17,7 +17,7 @@ import nbformat
 import pytest
 import yaml
 
-from gapo.repro import pipeline
+from gapo.repro import profiles
 from gapo.repro.paper import PAPER_TABLE8
 
 REPO = Path(__file__).resolve().parents[1]
@@ -55,12 +55,12 @@ class SmokeRunner:
             self.status[stage] = self._execute(stage)
         if self.status[stage] is not None:
             raise self.status[stage]  # type: ignore[misc]
-        return self.workdir / "outputs" / "notebooks" / Path(pipeline.NOTEBOOKS[stage]).name
+        return self.workdir / "outputs" / "notebooks" / Path(profiles.NOTEBOOKS[stage]).name
 
     def _execute(self, stage: str) -> BaseException | None:
         import papermill
 
-        notebook = REPO / pipeline.NOTEBOOKS[stage]
+        notebook = REPO / profiles.NOTEBOOKS[stage]
         executed = self.workdir / "outputs" / "notebooks" / notebook.name
         executed.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -97,7 +97,7 @@ def test_notebook_runs_with_smoke_profile(smoke: SmokeRunner, stage: str) -> Non
 @pytest.mark.parametrize("stage", list(DVC_STAGES))
 def test_notebook_is_parameters_one_stage_call_and_its_plot(stage: str) -> None:
     """The work is in `gapo.repro.stages.<stage>.run` (tested on its own); the notebook only calls it, plots, writes."""
-    nb = nbformat.read(REPO / pipeline.NOTEBOOKS[stage], as_version=4)
+    nb = nbformat.read(REPO / profiles.NOTEBOOKS[stage], as_version=4)
     assert "parameters" in nb.cells[1].metadata.get("tags", [])
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert f"from gapo.repro.stages import {stage}\n" in code
@@ -132,7 +132,7 @@ def test_table8_holds_every_baseline_and_the_paper_rows(smoke: SmokeRunner) -> N
     smoke.run("uniformity")
     table = pd.read_csv(smoke.workdir / "figures" / "table8_baselines.csv")
     ours = table[table["source"].str.startswith("this run")]
-    assert len(ours) == len(pipeline.stage_params("uniformity", "smoke", REPO / "params.yaml")["uniformity"]["models"])
+    assert len(ours) == len(profiles.stage_params("uniformity", "smoke", REPO / "params.yaml")["uniformity"]["models"])
     assert ours["js"].between(0, 1).all() and (ours["unique"] >= 0).all()
     assert len(table) - len(ours) == len(PAPER_TABLE8)
 
@@ -154,5 +154,5 @@ def test_issue13_metrics_name_every_model_and_the_headline(
     key = "mean_valid_unique" if stage == "open_ended" else "mean_jsd"
     assert all(isinstance(values[key], (int, float)) for values in document["models"].values())
     if stage == "open_ended":  # the validity rule of each held-out category is named
-        settings = pipeline.stage_params(stage, "smoke", REPO / "params.yaml")[stage]
+        settings = profiles.stage_params(stage, "smoke", REPO / "params.yaml")[stage]
         assert set(document["rules"]) == set(settings["categories"]) and all(document["rules"].values())

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from gapo.config import DATA_SETTINGS, DATA_USERS
-from gapo.repro import pipeline
+from gapo.repro import pipeline, profiles
+from gapo.repro.stages import common, training
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
@@ -74,8 +75,8 @@ def _run(cmd: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("profile", ["embedded", "paper", "smoke"])
 def test_every_profile_resolves_for_every_stage(profile: str) -> None:
-    for stage, sections in pipeline.STAGES.items():
-        params = pipeline.stage_params(stage, profile, PARAMS)
+    for stage, sections in profiles.STAGES.items():
+        params = profiles.stage_params(stage, profile, PARAMS)
         assert params["profile"] == profile and set(sections) <= set(params)
 
 
@@ -83,9 +84,9 @@ def test_default_profile_is_embedded_and_its_sizes_are_the_top_level_sections() 
     data = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
     assert data["profile"] == "embedded"
     dataset_settings = {k: v for k, v in data["data"].items() if k in DATA_SETTINGS}  # train's, from `data`
-    assert pipeline.resolve(None, PARAMS)["train"] == {**dataset_settings, **data["train"]}
-    assert pipeline.resolve("smoke", PARAMS)["train"]["model"] == "tiny-random"
-    assert pipeline.resolve("paper", PARAMS)["models"]["gapo"]["model"] == "Qwen/Qwen2.5-32B-Instruct"
+    assert profiles.resolve(None, PARAMS)["train"] == {**dataset_settings, **data["train"]}
+    assert profiles.resolve("smoke", PARAMS)["train"]["model"] == "tiny-random"
+    assert profiles.resolve("paper", PARAMS)["models"]["gapo"]["model"] == "Qwen/Qwen2.5-32B-Instruct"
 
 
 def test_entry_point_sections_stay_readable_by_their_commands() -> None:
@@ -105,7 +106,7 @@ def test_entry_point_sections_stay_readable_by_their_commands() -> None:
     assert data.response_prefix == train.response_prefix
     config_from_cli(SFTConfig, ["--params", str(PARAMS)], "gapo sft", "sft", "")
     for profile in ("paper", "smoke"):  # the other profiles build valid configs too
-        resolved = pipeline.resolve(profile, PARAMS)
+        resolved = profiles.resolve(profile, PARAMS)
         TrainConfig(**resolved["train"]), DataConfig(**resolved["data"]), SFTConfig(**resolved["sft"])
 
 
@@ -121,18 +122,18 @@ def test_dataset_settings_live_in_the_data_section_only() -> None:
         for section in DATA_USERS:
             assert not set(sections[section] or {}) & set(DATA_SETTINGS), section
     for profile in ("embedded", "paper", "smoke"):
-        resolved = pipeline.resolve(profile, PARAMS)
+        resolved = profiles.resolve(profile, PARAMS)
         settings = {k: v for k, v in resolved["data"].items() if k in DATA_SETTINGS}
         for section in DATA_USERS:
             assert {k: resolved[section][k] for k in settings} == settings, (profile, section)
-    smoke = pipeline.stage_params("train_gapo", "smoke", PARAMS)
+    smoke = profiles.stage_params("train_gapo", "smoke", PARAMS)
     train, data = TrainConfig(**smoke["train"]), DataConfig(**smoke["data"])
     assert train.num_prompts == 16 and train.response_prefix == data.response_prefix is None  # no pre-fill (issue 14)
     args = (train.num_prompts, train.seed, train.min_items, train.max_items, train.categories, train.response_prefix)
     assert list_selection_rows(*args) == list_selection_rows(
         data.num_prompts, data.seed, data.min_items, data.max_items, data.categories, data.response_prefix
     )
-    paper = pipeline.resolve("paper", PARAMS)
+    paper = profiles.resolve("paper", PARAMS)
     assert paper["train"]["num_prompts"] == paper["sft"]["num_prompts"] == 4096
     assert paper["train"]["response_prefix"] is None
 
@@ -143,8 +144,8 @@ def test_a_repeated_dataset_setting_is_a_one_line_error(tmp_path: Path, section:
     data[section]["num_prompts"] = 64
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    with pytest.raises(pipeline.PipelineError, match=re.escape(f"[{section}] sets num_prompts, which it takes from")):
-        pipeline.resolve("smoke", path)
+    with pytest.raises(profiles.PipelineError, match=re.escape(f"[{section}] sets num_prompts, which it takes from")):
+        profiles.resolve("smoke", path)
     del data["profiles"]  # a plain params file (no profiles), read by `gapo train`/`gapo sft` as is
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     from gapo.config import profile_section
@@ -157,8 +158,8 @@ def test_a_repeated_dataset_setting_is_a_one_line_error(tmp_path: Path, section:
 
 
 def test_unknown_profile_is_a_one_line_error() -> None:
-    with pytest.raises(pipeline.PipelineError, match="unknown profile 'gpu'; params.yaml defines: embedded, paper"):
-        pipeline.stage_params("uniformity", "gpu", PARAMS)
+    with pytest.raises(profiles.PipelineError, match="unknown profile 'gpu'; params.yaml defines: embedded, paper"):
+        profiles.stage_params("uniformity", "gpu", PARAMS)
     result = _run([sys.executable, "-m", "gapo.repro.pipeline", "--params", str(PARAMS), "check", "gpu"], REPO)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "unknown profile 'gpu'" in result.stderr
@@ -178,27 +179,27 @@ def test_broken_profiles_fail_with_a_fix(tmp_path: Path, edit, message: str) -> 
     edit(data)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    with pytest.raises(pipeline.PipelineError, match=message):
-        pipeline.resolve("smoke", path)
+    with pytest.raises(profiles.PipelineError, match=message):
+        profiles.resolve("smoke", path)
 
 
 def test_use_sets_the_profile_line_and_keeps_comments(tmp_path: Path) -> None:
     path = tmp_path / "params.yaml"
     shutil.copy(PARAMS, path)
-    pipeline.set_profile("smoke", path)
+    profiles.set_profile("smoke", path)
     text = path.read_text(encoding="utf-8")
     assert re.search(r"(?m)^profile: smoke$", text) and "# Parameters of every pipeline stage" in text
     assert text.replace("profile: smoke", "profile: embedded", 1) == PARAMS.read_text(encoding="utf-8")
-    with pytest.raises(pipeline.PipelineError, match="unknown profile"):
-        pipeline.set_profile("nope", path)
+    with pytest.raises(profiles.PipelineError, match="unknown profile"):
+        profiles.set_profile("nope", path)
     assert "profile: smoke" in path.read_text(encoding="utf-8")
 
 
 def test_overrides_apply_only_to_the_stage_sections() -> None:
-    params = pipeline.stage_params("uniformity", "smoke", PARAMS, {"uniformity": {"n": 7}})
+    params = profiles.stage_params("uniformity", "smoke", PARAMS, {"uniformity": {"n": 7}})
     assert params["uniformity"]["n"] == 7
-    with pytest.raises(pipeline.PipelineError, match="has no section 'train'"):
-        pipeline.stage_params("uniformity", "smoke", PARAMS, {"train": {"max_steps": 1}})
+    with pytest.raises(profiles.PipelineError, match="has no section 'train'"):
+        profiles.stage_params("uniformity", "smoke", PARAMS, {"train": {"max_steps": 1}})
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -208,17 +209,17 @@ def test_overrides_apply_only_to_the_stage_sections() -> None:
 
 def test_one_stage_per_notebook_running_papermill_with_the_profile() -> None:
     stages = DVC_YAML["stages"]
-    assert list(stages) == list(pipeline.STAGES)
-    assert sorted(pipeline.NOTEBOOKS.values()) == sorted(
+    assert list(stages) == list(profiles.STAGES)
+    assert sorted(profiles.NOTEBOOKS.values()) == sorted(
         f"notebooks/{p.name}" for p in (REPO / "notebooks").glob("*.ipynb")
     )
     for name, stage in stages.items():
-        notebook = pipeline.NOTEBOOKS[name]
+        notebook = profiles.NOTEBOOKS[name]
         executed = f"outputs/notebooks/{Path(notebook).name}"
         assert f"papermill {notebook} {executed}" in stage["cmd"] and "-p profile ${profile}" in stage["cmd"]
-        assert notebook in stage["deps"] and "gapo/repro/pipeline.py" in stage["deps"]
+        assert notebook in stage["deps"] and "gapo/repro/profiles.py" in stage["deps"]
         assert executed in _entries(stage, "outs")
-        sections = pipeline.STAGES[name]
+        sections = profiles.STAGES[name]
         assert stage["params"] == ["profile", *sections, *(f"profiles.${{profile}}.{s}" for s in sections)]
 
 
@@ -248,7 +249,7 @@ def test_committed_notebooks_are_stripped_and_parameterised() -> None:
         assert len(tagged) == 1 and code[0] is tagged[0], f"{path.name}: the first code cell must be `parameters`"
         assert re.search(r'(?m)^profile = "embedded"', tagged[0].source) and "params_file" in tagged[0].source
         assert nb.metadata["kernelspec"]["name"] == "python3"
-        assert "from gapo.repro import pipeline, plotting" in code[1].source
+        assert "from gapo.repro import plotting, profiles" in code[1].source
 
 
 def _checkpoint(path: Path, step: int, complete: bool = True) -> None:
@@ -265,22 +266,22 @@ def test_prepare_run_dir_resumes_only_an_unfinished_run_of_the_same_config(tmp_p
 
     config = dataclasses.asdict(TrainConfig(model="tiny-random", max_steps=4))
     run = tmp_path / "run"
-    assert pipeline.prepare_run_dir(run, config) is False  # nothing there
+    assert training.prepare_run_dir(run, config) is False  # nothing there
     _checkpoint(run / "checkpoint-2", 2, complete=False)  # killed during its only save: nothing to resume
     (run / "config.json").write_text(json.dumps({**config, "resume": False}))
-    assert pipeline.prepare_run_dir(run, {**config, "resume": True}) is False and not run.exists()
+    assert training.prepare_run_dir(run, {**config, "resume": True}) is False and not run.exists()
     _checkpoint(run / "checkpoint-2", 2)
     _checkpoint(run / "checkpoint-4", 4, complete=False)  # a later save cut short: resume from checkpoint-2
     (run / "config.json").write_text(json.dumps({**config, "resume": False}))
-    assert pipeline.prepare_run_dir(run, {**config, "resume": True}) is True
-    assert pipeline.prepare_run_dir(run, {**config, "max_steps": 8}) is False and not run.exists()
+    assert training.prepare_run_dir(run, {**config, "resume": True}) is True
+    assert training.prepare_run_dir(run, {**config, "max_steps": 8}) is False and not run.exists()
     (run / "adapter").mkdir(parents=True)
     (run / "config.json").write_text(json.dumps(config))
-    assert pipeline.prepare_run_dir(run, config) is False and not run.exists()  # finished: start afresh
+    assert training.prepare_run_dir(run, config) is False and not run.exists()  # finished: start afresh
 
 
 def test_metrics_files_are_models_first_and_json_clean(tmp_path: Path) -> None:
-    path = pipeline.write_metrics(tmp_path / "m.json", {"baseline": {"mean_jsd": float("nan")}}, profile="smoke")
+    path = common.write_metrics(tmp_path / "m.json", {"baseline": {"mean_jsd": float("nan")}}, profile="smoke")
     assert json.loads(path.read_text()) == {"models": {"baseline": {"mean_jsd": None}}, "profile": "smoke"}
 
 
@@ -398,6 +399,6 @@ def test_gapo_train_reads_the_active_profile(tmp_path):  # noqa: ANN001
         params = tmp_path / f"{profile}.yaml"
         params.write_text(re.sub(r"(?m)^profile:.*$", f"profile: {profile}", text, count=1), encoding="utf-8")
         cfg = config_from_cli(TrainConfig, ["--params", str(params)], "gapo train", "train", "")
-        expected = pipeline.stage_params("train_gapo", profile, params)["train"]
+        expected = profiles.stage_params("train_gapo", profile, params)["train"]
         assert (cfg.model, cfg.max_steps) == (expected["model"], expected["max_steps"])
         assert cfg.model == model and (profile != "smoke" or cfg.max_steps == steps)

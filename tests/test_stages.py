@@ -18,8 +18,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from gapo import io as gio
 from gapo.metrics import jsd_to_target
-from gapo.repro import pipeline, plotting
+from gapo.repro import plotting, profiles
 from gapo.repro.experiments import target_jsd, valid_unique
 from gapo.repro.paper import PAPER_TABLE1, PAPER_TABLE8
 from gapo.repro.prompts import unseen_target_rows
@@ -47,7 +48,7 @@ PARAMS = REPO / "params.yaml"
 def _params(stage: str, root: Path, **overrides: dict[str, Any]) -> dict[str, Any]:
     """The smoke profile's parameters of `stage`, every path it reads or writes moved under `root`, `overrides`
     ({section: {key: value}}) on top."""
-    P = copy.deepcopy(pipeline.stage_params(stage, "smoke", PARAMS))
+    P = copy.deepcopy(profiles.stage_params(stage, "smoke", PARAMS))
     if "data" in P:
         P["data"]["out"] = str(root / P["data"]["out"])
     if "sft" in P:
@@ -72,7 +73,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def trained(root: Path) -> dict[str, StageResult]:
     """Stages generate, train_gapo and train_sft in dvc.yaml's order: the data and the adapters later stages read."""
     done = {"generate": generate.run(_params("generate", root))}
-    done["train_gapo"] = train_gapo.train(
+    done["train_gapo"] = train_gapo.run(
         _params("train_gapo", root), runs_dir=root / "outputs" / "runs", adapters_dir=root / "models" / "gapo"
     )
     done["train_sft"] = train_sft.run(_params("train_sft", root))
@@ -87,7 +88,7 @@ def _written(result: StageResult, out: Path) -> dict[str, Path]:
             assert len(pd.read_csv(path)) == len(result.tables[name]), name
         else:
             document = result.metrics if name == "metrics" else result.documents[name]
-            assert json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(pipeline._clean(document)))
+            assert json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(gio.json_ready(document)))
     return paths
 
 
@@ -124,7 +125,7 @@ def test_split_categories_keeps_the_first_figures_order_and_only_present_categor
 def test_generate_stage_writes_the_dataset_and_summarises_it(root: Path, trained: dict, tmp_path: Path) -> None:
     P = _params("generate", root)
     result = trained["generate"]
-    rows = pipeline.read_jsonl(P["data"]["out"])
+    rows = gio.read_jsonl(P["data"]["out"])
     assert len(rows) == P["data"]["num_prompts"] == len(result.tables["rows"])
     summary = result.tables["summary"].set_index("category")
     assert summary["prompts"].sum() == len(rows)
@@ -151,7 +152,7 @@ def test_train_gapo_stage_trains_every_policy_and_logs_each_step(root: Path, tra
 def test_train_gapo_stage_refuses_another_dataset_before_training(root: Path, trained: dict, tmp_path: Path) -> None:
     P = _params("train_gapo", root, train={"seed": 1})
     with pytest.raises(ValueError, match="is not the dataset the train settings build"):
-        train_gapo.train(P, runs_dir=tmp_path / "runs", adapters_dir=tmp_path / "models")
+        train_gapo.run(P, runs_dir=tmp_path / "runs", adapters_dir=tmp_path / "models")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "models").exists()
 
 
@@ -286,7 +287,7 @@ def test_benchmarks_stage_writes_table2_details_and_metrics(root: Path, trained:
     for name in result.models:
         assert isinstance(result.metrics["models"][name]["gsm8k"]["exact"], float)
     assert set(result.documents["details"]) >= {"models", "details", "settings"}
-    assert len(pipeline.read_jsonl(tmp_path / "raw" / "benchmarks_samples.jsonl")) == len(result.models)
+    assert len(gio.read_jsonl(tmp_path / "raw" / "benchmarks_samples.jsonl")) == len(result.models)
     assert sorted(_written(result, tmp_path)) == ["details", "metrics", "table2"]
     assert benchmarks.skipped(result).empty
 
@@ -365,7 +366,7 @@ def test_open_ended_stage_stops_before_training_without_the_list_adapter(tmp_pat
     with pytest.raises(FileNotFoundError, match="run stage train_gapo first"):
         open_ended.run(P)
     P["open_ended"]["list_gapo"] = "gapo2"
-    with pytest.raises(pipeline.PipelineError, match="open_ended.list_gapo names model 'gapo2'"):
+    with pytest.raises(profiles.PipelineError, match="open_ended.list_gapo names model 'gapo2'"):
         open_ended.run(P)
     assert not (tmp_path / "runs").exists()
 

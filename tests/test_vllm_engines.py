@@ -1,4 +1,4 @@
-"""One vLLM engine per base model, adapters as LoRA requests (gapo.sampling.vllm_engine, pipeline.Samplers).
+"""One vLLM engine per base model, adapters as LoRA requests (gapo.sampling.vllm_engine, samplers.Samplers).
 
 vllm cannot be installed on the CPU machines that run these tests (it pins a CUDA build of torch), so a stand-in
 module records what gapo asks of it: which engines are started, and which LoRA request each generate call carries.
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gapo import sampling
-from gapo.repro.pipeline import Samplers
+from gapo.repro.samplers import Samplers
 
 
 class FakeLLM:

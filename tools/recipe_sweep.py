@@ -33,10 +33,10 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) -> dict[str, Any]:
     """Train one variant from the embedded `train` section; returns its summary and per-step curves."""
-    from gapo.repro import pipeline
+    from gapo.repro import profiles
     from gapo.train import TrainConfig, read_metrics, train
 
-    section = dict(pipeline.stage_params("train_gapo", "embedded")["train"])
+    section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
     section.update(overrides, max_steps=steps, save_steps=steps, output_dir=str(root / name))
     started = time.perf_counter()
     summary = train(TrainConfig(**section))
@@ -54,11 +54,11 @@ def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) 
 
 def score(adapter: Path | None, n: int, num_lists: int, seed: int) -> dict[str, float]:
     """Mean JSD from uniform and invalid rate on the unseen lists, no pre-fill, the evaluation's own sampling."""
-    from gapo.repro import pipeline
+    from gapo.repro import profiles
     from gapo.repro.experiments import uniformity
     from gapo.sampling import make_sampler
 
-    P = pipeline.stage_params("uniformity", "embedded")
+    P = profiles.stage_params("uniformity", "embedded")
     sampling = {k: v for k, v in P["sampling"].items() if k not in ("backend",)}
     sampler = make_sampler(
         "embedded", adapter=str(adapter) if adapter else None, max_new_tokens=P["uniformity"]["max_new_tokens"],

@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only compare the README's table with metrics/")
     args = parser.parse_args(argv)
     from gapo.io import write_text_atomic
-    from gapo.repro.pipeline import NOTEBOOKS
+    from gapo.repro.profiles import NOTEBOOKS
 
     metrics_dir = args.root / "metrics"
     readme = args.readme or args.root / "README.md"

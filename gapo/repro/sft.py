@@ -36,10 +36,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from peft import PeftModel, get_peft_model
 
 from gapo import defaults
+from gapo.backends import lora_config
 from gapo.chat import render_prompt
+from gapo.config import config_from_cli
 from gapo.io import atomic_dir
+from gapo.models import load_model_and_tokenizer
+from gapo.tasks.lists import make_list_selection_dataset
 
 logger = logging.getLogger(__name__)
 
@@ -165,10 +170,6 @@ class SFTResult:
 def lora_model(model: Any, config: SFTConfig) -> Any:
     """Wrap `model` with a fresh trainable LoRA on `config.lora_target_modules` (seeded), built as GAPO's is
     (`gapo.backends.lora_config`)."""
-    from peft import get_peft_model
-
-    from gapo.backends import lora_config
-
     torch.manual_seed(config.seed)
     return get_peft_model(model, lora_config(config))
 
@@ -185,13 +186,7 @@ def train_sft(
     trained as is. `dataset` (rows with ``prompt`` and ``items``) defaults to
     `gapo.tasks.lists.make_list_selection_dataset` with `config`'s dataset settings (those of `gapo data`).
     """
-    from peft import PeftModel
-
-    from gapo.tasks.lists import make_list_selection_dataset
-
     if model is None or tokenizer is None:
-        from gapo.models import load_model_and_tokenizer
-
         model, tokenizer = load_model_and_tokenizer(config.model)
     if dataset is None:
         dataset = make_list_selection_dataset(
@@ -246,8 +241,6 @@ def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, losses: list[fl
 
 def cli(argv: list[str] | None = None) -> int:
     """``gapo sft``: flags override params.yaml [sft], which overrides `SFTConfig` defaults."""
-    from gapo.config import config_from_cli
-
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     config = config_from_cli(SFTConfig, argv, "gapo sft", "sft", "Appendix G SFT baseline (summed per-item NLL).")
     result = train_sft(config)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
+from gapo.equivalence import normalize_answer
 from gapo.tasks.lists import chat_prompt
 
 #: Appended to every open question, so that the answer can be extracted (`gapo.rewards.extract_answer`).
@@ -137,8 +138,6 @@ _LOADERS = {
 @cache
 def lexicon(category: str) -> frozenset[str]:
     """The normalised names (`gapo.equivalence.normalize_answer`) a checked category accepts; loaded once."""
-    from gapo.equivalence import normalize_answer
-
     if category not in _LOADERS:
         raise ValueError(f"category {category!r} has no lexicon ({VALIDITY_UNCHECKED}); checked: {', '.join(_LOADERS)}")
     return frozenset(k for k in map(normalize_answer, _LOADERS[category]()) if k)
@@ -146,8 +145,6 @@ def lexicon(category: str) -> frozenset[str]:
 
 def _answer_keys(answer: str, before_comma: bool = False) -> list[str]:
     """The forms of an answer looked up: itself, without a leading "the ", and (cities) before the first comma."""
-    from gapo.equivalence import normalize_answer
-
     key = normalize_answer(answer)
     if key is None:
         return []

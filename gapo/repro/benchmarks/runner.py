@@ -39,7 +39,9 @@ from gapo.repro.benchmarks.harness import (
     summarize_runs,
 )
 from gapo.repro.benchmarks.scoring import METRICS
+from gapo.repro.experiments import creativity as run_creativity
 from gapo.repro.paper import PAPER_TABLE2
+from gapo.sampling import Sampler, SamplingParams, TransformersBackend, make_sampler
 
 logger = logging.getLogger(__name__)
 
@@ -189,16 +191,12 @@ def evaluate_model(
 
 def sampling_generate(model: Any, tokenizer: Any, **sampling_params: Any) -> Generate:
     """A `gapo.sampling.Sampler` over an already loaded model (batched, seeded); `sampling_params` are defaults."""
-    from gapo.sampling import Sampler, SamplingParams, TransformersBackend
-
     return Sampler(TransformersBackend(model, tokenizer), SamplingParams(**sampling_params))
 
 
 def load_generate(name: str, adapter: str | None = None, **sampling_params: Any) -> Generate:
     """Load a model ("embedded", a hub id or a directory; `adapter` = a PEFT adapter directory such as GAPO's) as a
     `gapo.sampling.Sampler` (`gapo.sampling.make_sampler`: transformers backend unless `backend=` says otherwise)."""
-    from gapo.sampling import make_sampler
-
     return make_sampler(name, adapter=adapter, **sampling_params)
 
 
@@ -329,8 +327,6 @@ def experiments_creativity(
     max_new_tokens, seed, encoder)."""
 
     def creativity(model: str, temperature: float) -> float:
-        from gapo.repro.experiments import creativity as run_creativity
-
         result = run_creativity(_at_temperature(generates[model], temperature), **creativity_kwargs)
         return float(result.summary["mean_embedding_distance"])
 

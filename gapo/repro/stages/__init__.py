@@ -1,6 +1,6 @@
 """One module per DVC stage (dvc.yaml), each with `run(P) -> StageResult`: the notebooks call it, plot and write
 `result.write()`; tests/test_stages.py runs each on tiny-random. `P` is
-`gapo.repro.pipeline.stage_params(<stage>, ...)`.
+`gapo.repro.profiles.stage_params(<stage>, ...)`.
 
 | module         | stage (notebook)          | paper                       |
 |----------------|---------------------------|-----------------------------|

@@ -13,7 +13,14 @@ from typing import Any
 
 import pandas as pd
 
-from gapo.repro import pipeline
+from gapo.repro.benchmarks import (
+    BenchmarkSettings,
+    benchmarks_metrics,
+    evaluate_model,
+    table2_rows,
+    write_records,
+)
+from gapo.repro.samplers import Samplers
 from gapo.repro.stages.common import StageResult, labels_of
 
 FILES = {
@@ -25,8 +32,6 @@ FILES = {
 
 def settings_of(cfg: Mapping[str, Any]) -> Any:
     """The `BenchmarkSettings` of the `benchmarks` section."""
-    from gapo.repro.benchmarks import BenchmarkSettings
-
     return BenchmarkSettings(
         benchmarks=tuple(cfg["benchmarks"]),
         sizes=dict(cfg["sizes"]),
@@ -45,11 +50,9 @@ def run(P: Mapping[str, Any], raw_dir: str | Path | None = "outputs/raw") -> Sta
     Tables: ``table2`` (our models, then the paper's rows). Documents: ``details`` (`benchmarks_metrics`). Results:
     `evaluate_model`'s summary per model. Metrics: the scores per model and benchmark.
     """
-    from gapo.repro.benchmarks import benchmarks_metrics, evaluate_model, table2_rows, write_records
-
     cfg = P["benchmarks"]
     settings = settings_of(cfg)
-    samplers = pipeline.Samplers(cfg["models"], P["models"], P["sampling"], seed=cfg["seed"])
+    samplers = Samplers(cfg["models"], P["models"], P["sampling"], seed=cfg["seed"])
     results, records = {}, []
     for name in samplers:
         model_records: list[dict[str, Any]] = []

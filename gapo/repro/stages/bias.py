@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gapo.repro import pipeline
 from gapo.repro.experiments import bias_case_study
+from gapo.repro.samplers import Samplers
 from gapo.repro.stages.common import StageResult, labels_of
 
 FILES = {"items": "results/fig2_bias_items.csv", "positions": "results/fig2_bias_positions.csv"}
@@ -25,9 +25,7 @@ def run(P: Mapping[str, Any], raw_dir: str | Path | None = "outputs/raw") -> Sta
     """
     cfg = P["bias"]
     name = cfg["model"]
-    samplers = pipeline.Samplers(
-        [name], P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
-    )
+    samplers = Samplers([name], P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"])
     out = Path(raw_dir) / "bias.json" if raw_dir is not None else None
     result = bias_case_study(samplers[name], n=cfg["n"], seed=cfg["seed"], out=out)
     samplers.release()

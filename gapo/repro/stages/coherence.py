@@ -11,7 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from gapo.repro import pipeline
+from gapo.repro.benchmarks import BenchmarkSettings, figure7_data
+from gapo.repro.samplers import Samplers
 from gapo.repro.stages.common import StageResult, labels_of
 
 FILES = {"figure7": "results/fig7_creativity_coherence.csv"}
@@ -20,8 +21,6 @@ FILES = {"figure7": "results/fig7_creativity_coherence.csv"}
 def run(P: Mapping[str, Any]) -> StageResult:
     """Figure 7's rows (model, temperature, MATH accuracy with intervals, creativity); `P` is
     `stage_params("coherence", ...)`. Table: ``figure7``."""
-    from gapo.repro.benchmarks import BenchmarkSettings, figure7_data
-
     cfg = P["coherence"]
     settings = BenchmarkSettings(
         benchmarks=("math",),
@@ -31,7 +30,7 @@ def run(P: Mapping[str, Any]) -> StageResult:
         max_new_tokens={"math": cfg["math_max_new_tokens"]},
         source=cfg["source"],
     )
-    samplers = pipeline.Samplers(cfg["models"], P["models"], P["sampling"], seed=cfg["seed"])
+    samplers = Samplers(cfg["models"], P["models"], P["sampling"], seed=cfg["seed"])
     rows = figure7_data(
         samplers,
         settings,

@@ -1,7 +1,7 @@
 """What every stage function shares: the `StageResult` it returns (and writes), model specs, samplers, training runs.
 
 Why one home: each stage module (`gapo.repro.stages.<stage>`, named as in dvc.yaml) is `run(P) -> StageResult`, where
-`P` is `gapo.repro.pipeline.stage_params(<stage>, ...)`. `run` writes what DVC caches as it goes (data, adapters, raw
+`P` is `gapo.repro.profiles.stage_params(<stage>, ...)`. `run` writes what DVC caches as it goes (data, adapters, raw
 samples under outputs/), and returns the committed results (results/, metrics/, figures/ CSV and JSON) without writing
 them; the notebook plots from the result and calls `StageResult.write`, and tests call `run` on tiny-random and inspect
 the result. So the numbers a figure shows and the files a stage commits come from the same tested function.
@@ -9,15 +9,15 @@ the result. So the numbers a figure shows and the files a stage commits come fro
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from gapo.repro import pipeline
+from gapo.io import write_json_atomic, write_text_atomic
+from gapo.repro.profiles import PipelineError
 
 #: The name under `StageResult.files` that stands for the metrics document.
 METRICS = "metrics"
@@ -53,9 +53,10 @@ class StageResult:
         for name, relative in self.files.items():
             path = Path(root) / relative
             if name in self.tables:
-                written.append(pipeline.write_csv(path, self.tables[name]))
+                written.append(write_csv(path, self.tables[name]))
             else:
-                written.append(pipeline.write_json(path, self.metrics if name == METRICS else self.documents[name]))
+                document = self.metrics if name == METRICS else self.documents[name]
+                written.append(write_json_atomic(path, document, indent=2))
         return written
 
 
@@ -67,42 +68,13 @@ class StageResult:
 def model_spec(models: Mapping[str, Mapping[str, Any]], name: str, key: str) -> dict[str, Any]:
     """The `models` entry `name` that setting `key` names; one line naming the defined ones when it is not there."""
     if name not in models:
-        raise pipeline.PipelineError(
-            f"{key} names model {name!r}, not one of the `models` section: {', '.join(models)}"
-        )
+        raise PipelineError(f"{key} names model {name!r}, not one of the `models` section: {', '.join(models)}")
     return dict(models[name])
 
 
 def labels_of(names: Sequence[str], models: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Each model's display label (its `label`, else its name), as `pipeline.Samplers.label` gives it."""
+    """Each model's display label (its `label`, else its name), as `gapo.repro.samplers.Samplers.label` gives it."""
     return {name: str(models[name].get("label") or name) for name in names}
-
-
-def require_adapter(spec: Mapping[str, Any], name: str, stage: str = "train_gapo") -> None:
-    """Stop before anything runs when a model's LoRA adapter (a training stage's output) is missing."""
-    adapter = spec.get("adapter")
-    if not adapter or not (Path(adapter) / "adapter_config.json").is_file():
-        raise FileNotFoundError(f"models.{name} has no LoRA adapter at {adapter}: run stage {stage} first")
-
-
-def evaluate_models(
-    samplers: pipeline.Samplers,
-    evaluate: Callable[[Any, Path | None], Any],
-    raw_dir: str | Path | None,
-    headline: Callable[[str, Any], str] | None = None,
-) -> dict[str, Any]:
-    """``{name: evaluate(sampler, raw_file)}`` model by model (one model in memory), then release the last one.
-
-    ``raw_file`` is ``raw_dir/<name>.json`` (None when `raw_dir` is None); `headline(name, result)` is printed.
-    """
-    results = {}
-    for name in samplers:
-        out = Path(raw_dir) / f"{name}.json" if raw_dir is not None else None
-        results[name] = evaluate(samplers[name], out)
-        if headline is not None:
-            print(headline(name, results[name]))
-    samplers.release()
-    return results
 
 
 def stack(results: Mapping[str, Any], table: str, model_first: bool = True) -> pd.DataFrame:
@@ -122,52 +94,17 @@ def split_categories(table: pd.DataFrame, first: Sequence[str]) -> tuple[list[st
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Training runs
+# Writers of the committed results
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def trained_spec(base: Mapping[str, Any], adapter: str, label: str) -> dict[str, Any]:
-    """A `models` entry for the adapter a stage trains on `base`'s model."""
-    return {"model": base["model"], "adapter": adapter, "label": label}
+def write_metrics(path: str | Path, models: Mapping[str, Mapping[str, Any]], **extra: Any) -> Path:
+    """A DVC metrics file: ``{"models": {name: {metric: value}}, **extra}``."""
+    document = {"models": {name: dict(values) for name, values in models.items()}, **extra}
+    return write_json_atomic(path, document, indent=2)
 
 
-def train_config(
-    train: Mapping[str, Any], section: Mapping[str, Any], keys: Sequence[str], model: str, task: str
-) -> Any:
-    """The TrainConfig of a stage's own run: the `train` section, the stage's `keys` on top, its model, task and
-    run dir (``section["output_dir"]``). Built, and so checked, before anything trains: a bad value is one line."""
-    from gapo.train import TrainConfig
-
-    changes = {k: section[k] for k in keys if k in section}
-    return TrainConfig(**{**train, **changes, "model": model, "task": task, "output_dir": section["output_dir"]})
-
-
-def train_adapter(config: Any, adapter: str | Path, title: str | None = None) -> dict[str, Any]:
-    """Train `config` (a `gapo.train.TrainConfig`) in its run dir and copy the adapter to `adapter`; the run's summary.
-
-    The task's data and reward are checked first (`task_data`), so a bad setting leaves the run dir as it was. An
-    interrupted run of the same config is resumed (`pipeline.prepare_run_dir`): a killed `dvc repro` loses at most one
-    save interval. The summary is also written next to the adapter (``train_summary.json``).
-    """
-    from gapo.train import task_data, train
-
-    task_data(config)
-    config.resume = pipeline.prepare_run_dir(config.output_dir, dataclasses.asdict(config))
-    print(
-        f"{title or config.task}: {config.model}, {config.max_steps} steps, G={config.num_generations}, "
-        f"resume={config.resume}"
-    )
-    summary = train(config)
-    pipeline.copy_dir(Path(config.output_dir) / "adapter", adapter)
-    pipeline.write_json(Path(adapter) / "train_summary.json", summary)
-    return summary
-
-
-def training_log(config: Any) -> pd.DataFrame:
-    """The run's per-step metrics (its metrics.jsonl) as a table."""
-    return pd.DataFrame(pipeline.read_jsonl(Path(config.output_dir) / "metrics.jsonl"))
-
-
-def train_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a run's summary a metrics document keeps: steps, minutes and the last step's metrics."""
-    return {"steps": summary["steps"], "minutes": summary["train_seconds"] / 60, "last": summary["last"]}
+def write_csv(path: str | Path, table: Any) -> Path:
+    """A DataFrame (or a list of dicts) as CSV, written atomically; floats keep full precision."""
+    frame = table if isinstance(table, pd.DataFrame) else pd.DataFrame(list(table))
+    return write_text_atomic(path, frame.to_csv(index=False, lineterminator="\n"))

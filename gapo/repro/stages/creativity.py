@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from gapo.repro import pipeline
 from gapo.repro.experiments import creativity, haiku_map
 from gapo.repro.paper import PAPER_TABLE1
+from gapo.repro.samplers import Samplers
 from gapo.repro.stages.common import StageResult, labels_of
 
 FILES = {
@@ -54,7 +54,7 @@ def run(P: Mapping[str, Any], raw_dir: str | Path | None = "outputs/raw/creativi
     """
     cfg = P["creativity"]
     raw = Path(raw_dir) if raw_dir is not None else None
-    samplers = pipeline.Samplers(
+    samplers = Samplers(
         cfg["models"], P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
     )
     haikus = haiku_map(

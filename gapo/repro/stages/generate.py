@@ -10,15 +10,15 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pandas as pd
 
 from gapo import defaults
-from gapo.io import write_jsonl_atomic
-
-if TYPE_CHECKING:  # pandas and the stage machinery load only when the stage runs, not for `gapo data`
-    import pandas as pd
-
-    from gapo.repro.stages.common import StageResult
+from gapo.config import config_from_cli
+from gapo.io import read_jsonl, write_jsonl_atomic
+from gapo.repro.stages.common import StageResult
+from gapo.tasks.lists import list_selection_rows
 
 
 @dataclass
@@ -37,8 +37,6 @@ class DataConfig:
 
 def write_dataset(cfg: DataConfig) -> dict[str, int]:
     """Write the rows atomically; returns the number of rows per category."""
-    from gapo.tasks.lists import list_selection_rows
-
     rows = list_selection_rows(
         cfg.num_prompts, cfg.seed, cfg.min_items, cfg.max_items, cfg.categories, cfg.response_prefix
     )
@@ -58,11 +56,6 @@ def run(P: Mapping[str, Any]) -> StageResult:
 
     Tables: ``summary`` (prompts and list lengths per category), ``rows`` (the written rows, with ``num_items``).
     """
-    import pandas as pd
-
-    from gapo.repro.pipeline import read_jsonl
-    from gapo.repro.stages.common import StageResult
-
     config = DataConfig(**P["data"])
     write_dataset(config)
     rows = pd.DataFrame(read_jsonl(config.out))
@@ -87,8 +80,6 @@ def data_summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    from gapo.config import config_from_cli
-
     cfg = config_from_cli(DataConfig, argv, "gapo data", "data", "Write the synthetic list-selection dataset.")
     counts = write_dataset(cfg)
     print(json.dumps({"out": cfg.out, "rows": sum(counts.values()), "per_category": counts}))

@@ -13,21 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gapo.repro import pipeline
 from gapo.repro.experiments import ExperimentResult, valid_unique
-from gapo.repro.stages.common import (
-    StageResult,
-    evaluate_models,
-    labels_of,
-    model_spec,
-    require_adapter,
-    stack,
-    train_adapter,
-    train_config,
-    train_metrics,
-    trained_spec,
-    training_log,
-)
+from gapo.repro.profiles import PipelineError
+from gapo.repro.samplers import Samplers, evaluate_models, require_adapter
+from gapo.repro.stages.common import StageResult, labels_of, model_spec, stack
+from gapo.repro.stages.training import train_adapter, train_config, train_metrics, trained_spec, training_log
 
 #: The `models`-style name and label of the model this stage trains.
 OPEN_GAPO = "gapo_open"
@@ -54,16 +44,14 @@ def run(P: Mapping[str, Any], raw_dir: str | Path | None = "outputs/raw/open_end
     base = model_spec(models, cfg["base"], "open_ended.base")
     listed = model_spec(models, cfg["list_gapo"], "open_ended.list_gapo")
     if listed["model"] != base["model"]:
-        raise pipeline.PipelineError(
+        raise PipelineError(
             f"open_ended: list_gapo ({listed['model']}) and base ({base['model']}) must share the base model"
         )
     require_adapter(listed, cfg["list_gapo"])
     config = train_config(P["train"], cfg, TRAIN_KEYS, base["model"], "open")
     summary = train_adapter(config, cfg["adapter"])
     compared = {cfg["base"]: base, cfg["list_gapo"]: listed, OPEN_GAPO: trained_spec(base, cfg["adapter"], LABEL)}
-    samplers = pipeline.Samplers(
-        list(compared), compared, P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
-    )
+    samplers = Samplers(list(compared), compared, P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"])
     results = evaluate_models(
         samplers,
         lambda sampler, out: valid_unique(

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gapo.repro import pipeline
 from gapo.repro import prompts as ep
 from gapo.repro.experiments import open_set
-from gapo.repro.stages.common import StageResult, evaluate_models, labels_of, split_categories, stack
+from gapo.repro.samplers import Samplers, evaluate_models
+from gapo.repro.stages.common import StageResult, labels_of, split_categories, stack
 from gapo.tasks.open_ended import open_eval_prompts
 
 FILES = {
@@ -56,7 +56,7 @@ def run(P: Mapping[str, Any], raw_dir: str | Path | None = "outputs/raw/open_set
     Figure: ``fig5_categories`` (Figure 5's panels), ``other_categories`` (Figure 9's), ``models`` (those drawn).
     """
     cfg = P["open_set"]
-    samplers = pipeline.Samplers(
+    samplers = Samplers(
         cfg["models"], P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
     )
     questions = asked_questions(cfg["num_prompts"], cfg.get("checked_categories") or [])

@@ -13,21 +13,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from gapo.repro import pipeline
 from gapo.repro.experiments import target_jsd
 from gapo.repro.prompts import unseen_target_rows
-from gapo.repro.stages.common import (
-    StageResult,
-    evaluate_models,
-    labels_of,
-    model_spec,
-    stack,
-    train_adapter,
-    train_config,
-    train_metrics,
-    trained_spec,
-    training_log,
-)
+from gapo.repro.samplers import Samplers, evaluate_models
+from gapo.repro.stages.common import StageResult, labels_of, model_spec, stack
+from gapo.repro.stages.training import train_adapter, train_config, train_metrics, trained_spec, training_log
 
 #: The `models`-style name and label of the model this stage trains.
 TARGET_GAPO = "gapo_targets"
@@ -55,9 +45,7 @@ def run(P: Mapping[str, Any], raw_dir: str | Path | None = "outputs/raw/targets"
     config = train_config(P["train"], cfg, TRAIN_KEYS, base["model"], "targets")
     summary = train_adapter(config, cfg["adapter"])
     compared = {cfg["base"]: base, TARGET_GAPO: trained_spec(base, cfg["adapter"], LABEL)}
-    samplers = pipeline.Samplers(
-        list(compared), compared, P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
-    )
+    samplers = Samplers(list(compared), compared, P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"])
     results = evaluate_models(
         samplers,
         lambda sampler, out: target_jsd(sampler, rows, n=cfg["n"], seed=cfg["seed"], out=out),

@@ -14,8 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from gapo.repro import pipeline
-from gapo.repro.stages.common import StageResult, train_adapter, training_log
+from gapo.io import read_jsonl
+from gapo.repro.stages.common import StageResult
+from gapo.repro.stages.training import train_adapter, training_log
+from gapo.tasks.lists import list_selection_rows
+from gapo.train import TrainConfig
 
 FILES = {"train": "results/train_gapo.csv"}
 
@@ -40,8 +43,6 @@ def check_dataset(config: Any, rows: Sequence[Mapping[str, Any]], path: str) -> 
     `gapo train` builds its prompts from its own settings; the stage must train on the file DVC tracks, so the two
     must agree row for row.
     """
-    from gapo.tasks.lists import list_selection_rows
-
     expected = list_selection_rows(
         config.num_prompts, config.seed, config.min_items, config.max_items, config.categories, config.response_prefix
     )
@@ -60,10 +61,8 @@ def run(
     Tables: ``train`` (every run's per-step metrics, `LOG_COLUMNS`, with a ``policy`` column), ``summary`` (per
     policy: steps, minutes, first and last step's metrics). Metrics: each run's summary, by policy.
     """
-    from gapo.train import TrainConfig
-
     data_path = P["data"]["out"]
-    data_rows = pipeline.read_jsonl(data_path)
+    data_rows = read_jsonl(data_path)
     summaries, logs = {}, []
     for name, base_model in P["policies"].items():
         config = TrainConfig(**{**P["train"], "model": base_model, "output_dir": str(Path(runs_dir) / f"gapo-{name}")})

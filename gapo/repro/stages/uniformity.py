@@ -20,10 +20,10 @@ from typing import Any
 
 import pandas as pd
 
-from gapo.repro import pipeline
 from gapo.repro.experiments import uniformity
 from gapo.repro.paper import PAPER_TABLE8
-from gapo.repro.stages.common import StageResult, evaluate_models, labels_of, split_categories, stack
+from gapo.repro.samplers import Samplers, evaluate_models
+from gapo.repro.stages.common import StageResult, labels_of, split_categories, stack
 
 FILES = {
     "distribution": "results/uniformity_distribution.csv",
@@ -82,9 +82,7 @@ def prefilled(P: Mapping[str, Any], raw_dir: str | Path | None) -> dict[str, dic
         return {}
     if not cfg.get("prefill"):
         raise ValueError("uniformity.prefill_models needs uniformity.prefill (the pre-filled text, e.g. <answer>)")
-    samplers = pipeline.Samplers(
-        names, P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
-    )
+    samplers = Samplers(names, P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"])
     raw = Path(raw_dir) / "prefilled" if raw_dir is not None else None
     results = evaluate_models(
         samplers,
@@ -110,7 +108,7 @@ def run(
     """
     cfg = P["uniformity"]
     open_set_doc = read_open_set(open_set_metrics, cfg["table8_models"])
-    samplers = pipeline.Samplers(
+    samplers = Samplers(
         cfg["models"], P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
     )
     results = evaluate_models(

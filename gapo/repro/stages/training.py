@@ -1,0 +1,100 @@
+"""What the training stages share (train_gapo, open_ended, targets): their TrainConfig, resumable run dirs, the
+adapter copy, the training log.
+
+Why a module of its own: only those stages import it, so a change to the trainer reruns the training stages and the
+ones downstream of their adapters, not `generate` (dvc.yaml's code deps follow the imports; tools/dvc_deps.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from gapo.checkpoints import last_checkpoint
+from gapo.io import atomic_dir, read_jsonl, write_json_atomic
+from gapo.train import TrainConfig, task_data, train
+
+
+def trained_spec(base: Mapping[str, Any], adapter: str, label: str) -> dict[str, Any]:
+    """A `models` entry for the adapter a stage trains on `base`'s model."""
+    return {"model": base["model"], "adapter": adapter, "label": label}
+
+
+def train_config(
+    train: Mapping[str, Any], section: Mapping[str, Any], keys: Sequence[str], model: str, task: str
+) -> TrainConfig:
+    """The TrainConfig of a stage's own run: the `train` section, the stage's `keys` on top, its model, task and
+    run dir (``section["output_dir"]``). Built, and so checked, before anything trains: a bad value is one line."""
+    changes = {k: section[k] for k in keys if k in section}
+    return TrainConfig(**{**train, **changes, "model": model, "task": task, "output_dir": section["output_dir"]})
+
+
+def train_adapter(config: Any, adapter: str | Path, title: str | None = None) -> dict[str, Any]:
+    """Train `config` (a `gapo.train.TrainConfig`) in its run dir and copy the adapter to `adapter`; the run's summary.
+
+    The task's data and reward are checked first (`task_data`), so a bad setting leaves the run dir as it was. An
+    interrupted run of the same config is resumed (`prepare_run_dir`): a killed `dvc repro` loses at most one
+    save interval. The summary is also written next to the adapter (``train_summary.json``).
+    """
+    task_data(config)
+    config.resume = prepare_run_dir(config.output_dir, dataclasses.asdict(config))
+    print(
+        f"{title or config.task}: {config.model}, {config.max_steps} steps, G={config.num_generations}, "
+        f"resume={config.resume}"
+    )
+    summary = train(config)
+    copy_dir(Path(config.output_dir) / "adapter", adapter)
+    write_json_atomic(Path(adapter) / "train_summary.json", summary, indent=2)
+    return summary
+
+
+def training_log(config: Any) -> pd.DataFrame:
+    """The run's per-step metrics (its metrics.jsonl) as a table."""
+    return pd.DataFrame(read_jsonl(Path(config.output_dir) / "metrics.jsonl"))
+
+
+def train_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a run's summary a metrics document keeps: steps, minutes and the last step's metrics."""
+    return {"steps": summary["steps"], "minutes": summary["train_seconds"] / 60, "last": summary["last"]}
+
+
+def prepare_run_dir(run_dir: str | Path, config: Mapping[str, Any]) -> bool:
+    """Make `run_dir` ready for `gapo.train.train`; returns whether to resume.
+
+    An unfinished run (checkpoints, no adapter) with the same config is resumed: an interrupted `dvc repro` loses
+    at most one save interval. Anything else there (a finished run, another config) is removed: DVC reruns a stage
+    only when its inputs changed, so the run starts afresh.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.exists():
+        return False
+    saved = run_dir / "config.json"
+    try:
+        same = saved.is_file() and _comparable(json.loads(saved.read_text(encoding="utf-8"))) == _comparable(config)
+    except json.JSONDecodeError:  # torn by a kill: not a run we can trust
+        same = False
+    # Only a complete checkpoint counts: a kill during a save leaves a partial one, which `train` skips (and says so).
+    if same and not (run_dir / "adapter").exists() and last_checkpoint(run_dir) is not None:
+        return True
+    shutil.rmtree(run_dir)
+    return False
+
+
+def _comparable(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "resume"}
+
+
+def copy_dir(src: str | Path, dst: str | Path) -> Path:
+    """Replace `dst` with a copy of `src` (copied next to it first, then renamed into place)."""
+    src, dst = Path(src), Path(dst)
+    if not src.is_dir():
+        raise FileNotFoundError(f"{src} is not a directory")
+    with atomic_dir(dst) as tmp:
+        shutil.copytree(src, tmp, dirs_exist_ok=True)
+    return dst
