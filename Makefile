@@ -37,7 +37,9 @@ test: venv
 
 # The whole pipeline (data -> training -> every figure and table) for a profile: embedded (default), smoke, paper.
 # `gapo.repro.pipeline use` prints where to run it: the repository for embedded (the committed results), and
-# runs/profiles/<name>/ for any other profile, so that a profile run never rewrites tracked files.
+# runs/profiles/<name>/ for any other profile: a folder with only that profile's params file, dvc.lock and outputs (and
+# a link to dvc.yaml), whose stages read the notebooks and code from here, so a profile run never rewrites a tracked
+# file and imports the installed gapo only. tests/test_reproduce.py runs `make reproduce PROFILE=smoke` in a fresh clone.
 # Afterwards `gapo.repro.report` writes metrics/stage_times.json (papermill's time per stage) and the results table
 # (results/results_table.md, and README.md's table for the embedded profile), both from metrics/.
 reproduce: venv

@@ -124,6 +124,8 @@ def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentPar
 REPLACED_SECTIONS: frozenset[str] = frozenset({"models", "policies"})
 #: The profile the top-level sections of params.yaml are.
 DEFAULT_PROFILE = "embedded"
+#: Top-level keys of params.yaml that are not sections: the active profile, the profiles, where the repository is.
+NOT_SECTIONS: tuple[str, ...] = ("profile", "profiles", "repo")
 
 
 def profile_sections(data: Mapping[str, Any], profile: str | None = None, where: str = "params.yaml") -> dict[str, Any]:
@@ -139,7 +141,7 @@ def profile_sections(data: Mapping[str, Any], profile: str | None = None, where:
     profiles = data["profiles"]
     if name not in profiles:
         raise ValueError(f"unknown profile {name!r}; {Path(where).name} defines: {', '.join(profiles)}")
-    sections = {key: value for key, value in data.items() if key not in ("profile", "profiles")}
+    sections = {key: value for key, value in data.items() if key not in NOT_SECTIONS}
     overrides = profiles[name] or {}
     missing = [s for s in sections if s not in overrides]
     if missing:

@@ -216,8 +216,12 @@ def test_one_stage_per_notebook_running_papermill_with_the_profile() -> None:
     for name, stage in stages.items():
         notebook = profiles.NOTEBOOKS[name]
         executed = f"outputs/notebooks/{Path(notebook).name}"
-        assert f"papermill {notebook} {executed}" in stage["cmd"] and "-p profile ${profile}" in stage["cmd"]
-        assert notebook in stage["deps"] and "gapo/repro/profiles.py" in stage["deps"]
+        assert f"papermill ${{repo}}{notebook} {executed}" in stage["cmd"] and "-p profile ${profile}" in stage["cmd"]
+        assert f"${{repo}}{notebook}" in stage["deps"] and "${repo}gapo/repro/profiles.py" in stage["deps"]
+        for dep in stage["deps"]:  # read from the repository (`${repo}`), or another stage's output in the folder
+            assert dep.startswith("${repo}") or dep in ("data/train.jsonl", "models/gapo", "models/sft") or (
+                dep.startswith("metrics/")
+            ), dep
         assert executed in _entries(stage, "outs")
         sections = profiles.STAGES[name]
         assert stage["params"] == ["profile", *sections, *(f"profiles.${{profile}}.{s}" for s in sections)]
@@ -327,7 +331,7 @@ def test_dvc_rejects_an_unknown_profile_in_one_line(tmp_path: Path) -> None:
     text = PARAMS.read_text(encoding="utf-8")
     (tmp_path / "params.yaml").write_text(text.replace("profile: embedded", "profile: gpu", 1), encoding="utf-8")
     for stage in DVC_YAML["stages"].values():  # the source files present, so that DVC gets as far as the params
-        for dep in stage["deps"]:
+        for dep in (d.removeprefix("${repo}") for d in stage["deps"]):
             if dep.startswith(("notebooks/", "gapo/")) and Path(dep).suffix:
                 (tmp_path / dep).parent.mkdir(parents=True, exist_ok=True)
                 (tmp_path / dep).touch()
@@ -355,20 +359,24 @@ def _tracked_state() -> str:
 
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the git checkout")
 def test_a_non_default_profile_runs_in_its_own_workspace() -> None:
-    """`make reproduce PROFILE=smoke`'s mechanism: `use smoke` prints a workspace; `dvc repro` there (here its first
-    stage) writes its results, dvc.lock and params there, and no tracked file of the repository changes."""
+    """`make reproduce PROFILE=smoke`'s mechanism: `use smoke` prints a folder; `dvc repro` there (here its first
+    stage) writes its results, dvc.lock and params there, and no tracked file of the repository changes. The folder
+    holds no source: dvc.yaml is a link, the notebooks and code are read from the repository (`${repo}`)."""
     before = _tracked_state()
     use = _run([sys.executable, "-m", "gapo.repro.pipeline", "--params", str(PARAMS), "use", "smoke"], REPO)
     assert use.returncode == 0, use.stderr
     workspace = Path(use.stdout.strip())
     assert workspace == REPO / "runs" / "profiles" / "smoke" and "run `dvc repro` in" in use.stderr
-    assert re.search(r"(?m)^profile: smoke$", (workspace / "params.yaml").read_text())
-    for source in pipeline.source_paths(REPO / "dvc.yaml"):
-        assert (workspace / source).exists(), source
+    params = (workspace / "params.yaml").read_text()
+    assert re.search(r"(?m)^profile: smoke$", params) and re.search(r'(?m)^repo: "../../../"$', params)
+    assert (workspace / "dvc.yaml").is_symlink() and (workspace / "dvc.yaml").resolve() == REPO / "dvc.yaml"
+    assert not (workspace / "gapo").exists() and not (workspace / "notebooks").exists()
     repro = _run([str(BIN / "dvc"), "repro", "generate"], workspace, HF_HUB_OFFLINE="1")
     assert repro.returncode == 0, repro.stdout[-2000:] + repro.stderr[-2000:]
     assert len((workspace / "data" / "train.jsonl").read_text().splitlines()) == 16  # the smoke size
-    assert (workspace / "results" / "data_summary.csv").is_file() and "generate" in (workspace / "dvc.lock").read_text()
+    assert (workspace / "results" / "data_summary.csv").is_file()
+    lock = yaml.safe_load((workspace / "dvc.lock").read_text())["stages"]["generate"]
+    assert "../../../gapo/tasks/lists.py" in [d["path"] for d in lock["deps"]]  # the repository's code, not a copy
     assert _tracked_state() == before
     # The default profile runs in the repository itself (and sets params.yaml back to it, were it changed).
     again = _run([sys.executable, "-m", "gapo.repro.pipeline", "--params", str(PARAMS), "use", "embedded"], REPO)
@@ -376,17 +384,19 @@ def test_a_non_default_profile_runs_in_its_own_workspace() -> None:
     assert _tracked_state() == before
 
 
-def test_workspace_sync_copies_only_what_changed_and_drops_stale_files(tmp_path: Path) -> None:
-    src, dst = tmp_path / "src", tmp_path / "dst"
-    (src / "pkg" / "__pycache__").mkdir(parents=True)
-    (src / "pkg" / "a.py").write_text("a")
-    (src / "pkg" / "__pycache__" / "a.pyc").write_text("x")
-    pipeline._sync(src / "pkg", dst / "pkg")
-    assert sorted(p.name for p in (dst / "pkg").rglob("*")) == ["a.py"]
-    mtime = (dst / "pkg" / "a.py").stat().st_mtime_ns
-    (dst / "pkg" / "old.py").write_text("removed upstream")
-    pipeline._sync(src / "pkg", dst / "pkg")
-    assert (dst / "pkg" / "a.py").stat().st_mtime_ns == mtime and not (dst / "pkg" / "old.py").exists()
+def test_use_removes_a_source_copy_an_older_gapo_left_in_the_workspace(tmp_path: Path) -> None:
+    """A gapo/ copied into runs/profiles/<name>/ by an older version would shadow the installed package there."""
+    (tmp_path / "dvc.yaml").write_text("stages: {}\n")
+    (tmp_path / "params.yaml").write_text(PARAMS.read_text(encoding="utf-8"))
+    workspace = tmp_path / "runs" / "profiles" / "smoke"
+    (workspace / "gapo").mkdir(parents=True)
+    (workspace / "gapo" / "__init__.py").write_text("")
+    (workspace / "dvc.yaml").write_text("a copy\n")
+    assert pipeline.use_profile("smoke", tmp_path / "params.yaml") == workspace
+    assert not (workspace / "gapo").exists() and os.readlink(workspace / "dvc.yaml") == "../../../dvc.yaml"
+    resolved = yaml.safe_load((workspace / "params.yaml").read_text())
+    assert resolved["profile"] == "smoke" and resolved["repo"] == "../../../"
+    assert profiles.resolve(None, workspace / "params.yaml") == profiles.resolve("smoke", PARAMS)
 
 
 def test_gapo_train_reads_the_active_profile(tmp_path):  # noqa: ANN001

@@ -2,9 +2,12 @@
 
 A module counts when the notebook imports it, or a counted module imports it anywhere (at the top or inside a
 function: a lazy import is still code the stage may run), found with `ast`, not by importing anything. Package
-``__init__.py`` files count too, even empty ones: a profile's workspace copies only the listed files, and a package
-without its ``__init__.py`` would not import there. Other deps (notebooks, data files, ``gapo/resources/...``) are left
-as they are.
+``__init__.py`` files count too, even empty ones: importing ``gapo.a.b`` runs ``gapo/a/__init__.py``. Other deps
+(notebooks, data files, ``gapo/resources/...``) are left as they are.
+
+A dependency on a file of the repository is written ``${repo}path`` (``repo`` is "" in params.yaml, and the path back
+to the repository in a profile's own params file: gapo.repro.pipeline), so the generated lines take the prefix of the
+stage's notebook line.
 
     python tools/dvc_deps.py           # rewrite the gapo/*.py deps of every stage in dvc.yaml (comments kept)
     python tools/dvc_deps.py --check   # exit 1 and name each stage whose deps differ (tests/test_dvc_deps.py)
@@ -22,6 +25,14 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: The prefix of a dependency on a repository file in dvc.yaml (the `repo` variable of the params file).
+REPO_VAR = "${repo}"
+
+
+def repo_path(dep: str) -> str:
+    """A dvc.yaml dependency as a path relative to the repository (its ``${repo}`` prefix dropped)."""
+    return dep.removeprefix(REPO_VAR)
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -74,7 +85,7 @@ def module_closure(start: set[str], root: Path = ROOT) -> set[str]:
 
 def stage_notebook(stage: dict, root: Path = ROOT) -> Path:
     """The one notebook a stage both runs (in its cmd) and lists (in its deps)."""
-    notebooks = [d for d in stage["deps"] if d.endswith(".ipynb") and d in stage["cmd"]]
+    notebooks = [repo_path(d) for d in stage["deps"] if d.endswith(".ipynb") and d in stage["cmd"]]
     if len(notebooks) != 1:
         raise ValueError(f"expected one notebook that the stage runs and lists, got {notebooks}")
     return root / notebooks[0]
@@ -88,7 +99,7 @@ def code_deps(stage: dict, root: Path = ROOT) -> list[str]:
 
 
 def _is_code_dep(dep: str) -> bool:
-    return dep.startswith("gapo/") and dep.endswith(".py")
+    return repo_path(dep).startswith("gapo/") and dep.endswith(".py")
 
 
 def stale_stages(dvc_file: Path = ROOT / "dvc.yaml") -> dict[str, tuple[list[str], list[str]]]:
@@ -97,7 +108,7 @@ def stale_stages(dvc_file: Path = ROOT / "dvc.yaml") -> dict[str, tuple[list[str
     out = {}
     for name, stage in yaml.safe_load(dvc_file.read_text(encoding="utf-8"))["stages"].items():
         want = set(code_deps(stage, root))
-        have = {d for d in stage["deps"] if _is_code_dep(d)}
+        have = {repo_path(d) for d in stage["deps"] if _is_code_dep(d)}
         if want != have:
             out[name] = (sorted(want - have), sorted(have - want))
     return out
@@ -123,7 +134,8 @@ def rewrite(dvc_file: Path = ROOT / "dvc.yaml") -> str:
             continue  # dropped; the generated list goes after the notebook line
         out.append(line)
         if dep and dep.group(2).endswith(".ipynb") and dep.group(2) in stages[stage]["cmd"]:
-            out.extend(f"{dep.group(1)}- {path}\n" for path in code_deps(stages[stage], root))
+            prefix = REPO_VAR if dep.group(2).startswith(REPO_VAR) else ""
+            out.extend(f"{dep.group(1)}- {prefix}{path}\n" for path in code_deps(stages[stage], root))
     return "".join(out)
 
 

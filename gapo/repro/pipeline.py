@@ -1,32 +1,22 @@
-"""The reproduction pipeline's glue: profiles -> per-stage parameters, models -> samplers, atomic result files.
-
-Why this module exists: each notebook in notebooks/ is one DVC stage (dvc.yaml) and stays thin. It receives only
-``profile`` (and ``params_file``) from papermill, asks `stage_params` for its resolved sections, and calls `gapo`.
-A profile is a named set of per-section overrides in params.yaml: the top-level sections are the ``embedded``
-profile, ``profiles.<name>.<section>`` changes them (key by key; the name -> spec mappings ``models`` and
-``policies`` are replaced whole). So the committed params.yaml says, in one place, what every profile runs.
-
-    from gapo.repro import pipeline
-    P = pipeline.stage_params("uniformity", profile="smoke")
-    P["uniformity"]["n"], P["models"]["gapo"]["adapter"]
-
-From a shell (``gapo pipeline ...`` is the same command)::
+"""`gapo pipeline`: check a profile, show its parameters, and say where `dvc repro` runs it.
 
     python -m gapo.repro.pipeline check smoke             # exit 2 with one line for an unknown profile or bad params
-    python -m gapo.repro.pipeline use smoke               # prepare the profile's workspace; prints where to `dvc repro`
+    python -m gapo.repro.pipeline use smoke               # prepare the profile's folder; prints where to `dvc repro`
     python -m gapo.repro.pipeline show smoke uniformity   # the resolved parameters of one stage (or of all)
 
-Profiles never overwrite the committed results: the default profile (`embedded`) runs in the repository itself and
-writes figures/, metrics/, results/ and dvc.lock; any other profile runs in its own workspace,
-``runs/profiles/<name>/`` (git-ignored), a copy of what the pipeline reads (dvc.yaml, notebooks, code, shipped data)
-with its own params.yaml, dvc.lock, DVC cache and outputs. `make reproduce PROFILE=x` does `use x`, then `dvc repro`
-in the directory it prints.
+Profiles never overwrite the committed results. The default profile (`embedded`) runs in the repository itself and
+writes figures/, metrics/, results/ and dvc.lock. Any other profile runs in ``runs/profiles/<name>/`` (git-ignored),
+which holds only what is that profile's: its params file (the repository's params.yaml naming the profile, with
+``repo`` pointing back to the repository), its dvc.lock, DVC cache and outputs, and a link to the repository's
+dvc.yaml. Every stage reads its notebook, code and shipped data from the repository through ``${repo}`` (dvc.yaml), so
+no source is copied: a notebook run there imports the installed gapo, the only one on sys.path. `make reproduce
+PROFILE=x` does `use x`, then `dvc repro` in the directory it prints.
 """
 
 from __future__ import annotations
 
 import argparse
-import filecmp
+import os
 import re
 import shutil
 import sys
@@ -39,68 +29,34 @@ import yaml
 from gapo.backends import require_cuda
 from gapo.config import DEFAULT_PROFILE
 from gapo.io import write_text_atomic
-from gapo.repro.profiles import (
-    DEFAULT_PARAMS,
-    STAGES,
-    PipelineError,
-    resolve,
-    set_profile,
-    stage_params,
-)
+from gapo.repro.profiles import DEFAULT_PARAMS, STAGES, PipelineError, resolve, set_profile, stage_params
 
-#: Where a non-default profile's workspace goes, relative to the repository root (git-ignored through runs/).
+#: Where a non-default profile runs, relative to the repository root (git-ignored through runs/).
 PROFILE_ROOT = Path("runs") / "profiles"
 
-#: The workspace's DVC config: no git (the workspace lies inside the git-ignored runs/, which DVC would refuse).
+#: The profile folder's DVC config: no git (it lies inside the git-ignored runs/, which DVC would refuse).
 WORKSPACE_DVC_CONFIG = "[core]\n    no_scm = true\n    analytics = false\n"
 
-#: Besides the stages' source dependencies, what a workspace needs to run `dvc repro`.
-WORKSPACE_FILES = ("dvc.yaml", ".dvcignore")
-
-#: Never copied into a workspace (Python and Jupyter byproducts, which .dvcignore also skips).
-SKIPPED_NAMES = frozenset({"__pycache__", ".ipynb_checkpoints"})
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Profile workspaces: a non-default profile never writes the committed results
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def _dvc_paths(entries: Any) -> list[str]:
-    """The paths of a dvc.yaml `deps`/`outs`/`metrics`/`plots` list (entries are strings or {path: options})."""
-    return [next(iter(e)) if isinstance(e, Mapping) else str(e) for e in entries or []]
-
-
-def source_paths(dvc_file: str | Path = "dvc.yaml") -> list[str]:
-    """What the pipeline reads and no stage writes (notebooks, code, shipped data), plus the DVC files themselves."""
-    stages = (yaml.safe_load(Path(dvc_file).read_text(encoding="utf-8")) or {}).get("stages", {})
-    written = {
-        p for stage in stages.values() for kind in ("outs", "metrics", "plots") for p in _dvc_paths(stage.get(kind))
-    }
-    read = {p for stage in stages.values() for p in _dvc_paths(stage.get("deps"))}
-    return sorted(read - written) + list(WORKSPACE_FILES)
-
-
-def _sync(src: Path, dst: Path) -> None:
-    """Make `dst` a copy of file or directory `src`, rewriting only what differs (DVC then re-hashes only that)."""
-    if src.is_dir():
-        wanted = {p.relative_to(src) for p in src.rglob("*") if p.is_file() and not SKIPPED_NAMES & set(p.parts)}
-        for rel in wanted:
-            _sync(src / rel, dst / rel)
-        for stale in [p for p in dst.rglob("*") if p.is_file() and p.relative_to(dst) not in wanted]:
-            if not SKIPPED_NAMES & set(stale.parts):
-                stale.unlink()
-        return
-    if dst.is_file() and filecmp.cmp(src, dst, shallow=False):
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(src, dst)
+#: What an older gapo copied into a profile's folder; removed, since a copied gapo/ would shadow the installed one.
+STALE_COPIES = ("gapo", "notebooks", "data/benchmarks", ".dvcignore")
 
 
 def workspace_dir(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> Path:
     """Where `dvc repro` runs for `profile`: the repository for the default profile, else runs/profiles/<name>."""
     repo = Path(params_file).resolve().parent
     return repo if profile == DEFAULT_PROFILE else repo / PROFILE_ROOT / profile
+
+
+def profile_params_text(profile: str, params_file: str | Path, workspace: Path) -> str:
+    """The profile's own params file: the repository's params.yaml (comments kept) with `profile:` naming it and
+    `repo:` the way from `workspace` back to the repository (with a final slash: dvc.yaml writes ``${repo}path``)."""
+    text = Path(params_file).read_text(encoding="utf-8")
+    back = os.path.relpath(Path(params_file).resolve().parent, workspace) + "/"
+    for key, value in (("profile", profile), ("repo", f'"{back}"')):
+        text, count = re.subn(rf"(?m)^{key}:[ \t]*[^#\n]*", f"{key}: {value}", text, count=1)
+        if count != 1:
+            raise PipelineError(f"no top-level `{key}:` line in {params_file}")
+    return text
 
 
 def needs_gpu(resolved: Mapping[str, Mapping[str, Any]]) -> bool:
@@ -126,24 +82,30 @@ def use_profile(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> Path:
     """Make `profile` ready for `dvc repro` and return the directory to run it in.
 
     The default profile runs in the repository (params.yaml's `profile:` is set back to it if it was changed). Any
-    other profile gets a workspace of its own (`workspace_dir`): the pipeline's sources are synced into it and its
-    params.yaml names the profile, so the repository's params.yaml, dvc.lock and committed results stay untouched.
+    other profile gets a folder of its own (`workspace_dir`) with its params file, its DVC config and a relative link
+    to dvc.yaml; the repository's params.yaml, dvc.lock and committed results stay untouched.
     """
     check_device(profile, resolve(profile, params_file))
     if profile == DEFAULT_PROFILE:
         set_profile(profile, params_file)
         return workspace_dir(profile, params_file)
     repo, workspace = Path(params_file).resolve().parent, workspace_dir(profile, params_file)
-    for rel in source_paths(repo / "dvc.yaml"):
-        if not (repo / rel).exists():
-            raise PipelineError(f"{repo / rel} is missing: the pipeline reads it (dvc.yaml); restore it from git")
-        _sync(repo / rel, workspace / rel)
-    text = Path(params_file).read_text(encoding="utf-8")
-    new, count = re.subn(r"(?m)^profile:[ \t]*[^\s#]+", f"profile: {profile}", text, count=1)
-    if count != 1:
-        raise PipelineError(f"no top-level `profile:` line in {params_file}")
-    if not (workspace / "params.yaml").is_file() or (workspace / "params.yaml").read_text(encoding="utf-8") != new:
-        write_text_atomic(workspace / "params.yaml", new)
+    workspace.mkdir(parents=True, exist_ok=True)
+    for stale in STALE_COPIES:
+        path = workspace / stale
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    link, target = workspace / "dvc.yaml", os.path.relpath(repo / "dvc.yaml", workspace)
+    if not (link.is_symlink() and os.readlink(link) == target):
+        if link.exists() or link.is_symlink():
+            link.unlink()
+        link.symlink_to(target)
+    text = profile_params_text(profile, params_file, workspace)
+    params = workspace / "params.yaml"
+    if not params.is_file() or params.read_text(encoding="utf-8") != text:
+        write_text_atomic(params, text)
     if not (workspace / ".dvc" / "config").is_file():
         write_text_atomic(workspace / ".dvc" / "config", WORKSPACE_DVC_CONFIG)
     return workspace
