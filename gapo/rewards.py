@@ -5,8 +5,10 @@ GAPO changes one thing in GRPO: a reward function may see the group. A *group re
     fn(prompts, completions, **dataset_columns) -> list[float]
 
 that `GAPOTrainer` calls once per group with exactly the G completions of one prompt (all G `prompts` are the same
-prompt, and every dataset column is repeated G times, as in TRL). Mark it with `@group_reward`. Per-completion
-functions in TRL's style can be mixed freely with group rewards in `reward_funcs`.
+prompt, and every dataset column is repeated G times, as in TRL). The contract is the `GroupReward` class:
+`__call__`, `check(dataset)` (the columns it reads, and their rows, before any generation) and `name` (what TRL logs
+it under); `@group_reward` makes one of a plain function. Per-completion functions in TRL's style can be mixed freely
+with group rewards in `reward_funcs`.
 
 The paper's frequency-aware reward (Anschel et al. 2025, eq. 2), for a valid set V of L distinct items and
 f_v = (number of completions answering v) / (number of valid completions):
@@ -45,9 +47,6 @@ from gapo.metrics import check_target, log_group_diversity
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 OPEN_TAG, CLOSE_TAG = "<answer>", "</answer>"
-
-#: Attribute set on functions/objects marked by `group_reward`.
-GROUP_REWARD_ATTR = "_gapo_group_reward"
 
 #: The reward of an invalid completion: the minimum of every reward here.
 INVALID_REWARD = -1.0
@@ -183,69 +182,98 @@ def quality_diversity_rewards(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def group_reward(fn: Callable[..., list[float]]) -> Callable[..., list[float]]:
-    """Mark `fn(prompts, completions, **dataset_columns) -> list[float]` as group-aware.
+class GroupReward:
+    """The group-reward contract: what GAPOTrainer needs of a reward computed over the whole group.
 
-    GAPOTrainer then calls it once per group, with exactly the G completions of one prompt, after gathering the
-    group from every process, and with the other keyword arguments TRL gives a per-completion reward (`TRAINER_KWARGS`;
-    the per-row ones sliced to the group). Works on functions and on callable objects (set on the instance).
+    - ``__call__(prompts, completions, **columns) -> list[float]``: called once per group with the G completions of
+      one prompt, gathered from every process, with each dataset column sliced to the group and the other keyword
+      arguments TRL gives a per-completion reward (``trainer_state``, ``log_metric``, ``log_extra``,
+      ``completion_ids``); returns one finite float per completion (`validate_group_rewards`).
+    - ``check(dataset)``: run when the trainer is built, before any generation: a one-line ValueError for a dataset
+      it cannot score (a missing column of `columns`, then `check_rows`), so the trainer knows no task's columns.
+    - ``name``: what TRL logs it under (``rewards/<name>/mean``); also its ``__name__``, which is what TRL reads.
+
+    Subclasses set `name` and `columns` and implement ``__call__``; being plain objects with picklable parts, they
+    travel to worker processes like TRL's callable rewards.
     """
-    setattr(fn, GROUP_REWARD_ATTR, True)
-    return fn
+
+    name: str = "group_reward"
+    #: Dataset columns the reward cannot run without.
+    columns: tuple[str, ...] = ()
+    #: Its check of the rows of those columns (one-line ValueError), if any.
+    check_rows: Callable[[Any], None] | None = None
+
+    def __init__(
+        self,
+        name: str | None = None,
+        columns: Sequence[str] | None = None,
+        check_rows: Callable[[Any], None] | None = None,
+    ) -> None:
+        if name is not None:
+            self.name = name
+        if columns is not None:
+            self.columns = tuple(columns)
+        if check_rows is not None:
+            self.check_rows = check_rows
+
+    @property
+    def __name__(self) -> str:  # TRL names a callable reward by its __name__
+        return self.name
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        raise NotImplementedError(f"{type(self).__name__} must implement __call__")
+
+    def check(self, dataset: Any) -> None:
+        """Fail with one line when `dataset` lacks a column of `columns` or `check_rows` rejects a row."""
+        have = getattr(dataset, "column_names", None)
+        if have is None:
+            return
+        missing = [c for c in self.columns if c not in have]
+        if missing:
+            raise ValueError(
+                f"reward {self.name!r} needs dataset column(s) {', '.join(map(repr, missing))}; "
+                f"the training dataset has: {', '.join(have)}"
+            )
+        if self.check_rows is not None:
+            self.check_rows(dataset)
+
+
+class FunctionGroupReward(GroupReward):
+    """A plain function ``fn(prompts, completions, **columns) -> list[float]`` as a `GroupReward` (`group_reward`)."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Sequence[float]],
+        name: str | None = None,
+        columns: Sequence[str] = (),
+        check_rows: Callable[[Any], None] | None = None,
+    ) -> None:
+        super().__init__(name or getattr(fn, "__name__", type(fn).__name__), columns, check_rows)
+        self.fn = fn
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float]:
+        return self.fn(prompts=prompts, completions=completions, **kwargs)
+
+
+def group_reward(
+    fn: Callable[..., Sequence[float]] | None = None,
+    *,
+    name: str | None = None,
+    columns: Sequence[str] = (),
+    check_rows: Callable[[Any], None] | None = None,
+) -> Any:
+    """Make `fn` (a function or callable object) a `GroupReward`; bare (``@group_reward``) or with its `name`,
+    the dataset `columns` it needs and a `check_rows` (``@group_reward(columns=["items"])``)."""
+
+    def wrap(f: Callable[..., Sequence[float]]) -> GroupReward:
+        return FunctionGroupReward(f, name, columns, check_rows)
+
+    return wrap if fn is None else wrap(fn)
 
 
 def is_group_reward(fn: Any) -> bool:
-    return bool(getattr(fn, GROUP_REWARD_ATTR, False))
-
-
-#: Attribute set by `dataset_check`: what a reward checks of a training dataset before any generation.
-DATASET_CHECK_ATTR = "_gapo_dataset_check"
-
-
-def dataset_check(check: Callable[[Any], None]) -> Callable[[Any], Any]:
-    """Attach `check(dataset)` to a reward: it raises a one-line ValueError for rows the reward could not score.
-
-    GAPOTrainer runs it when it is built (`gapo.trainer.check_reward_inputs`), so a bad `items` row stops the run
-    before a generation, and the trainer needs no knowledge of any task's columns.
-    """
-
-    def attach(fn: Any) -> Any:
-        setattr(fn, DATASET_CHECK_ATTR, check)
-        return fn
-
-    return attach
-
-
-def run_dataset_check(fn: Any, dataset: Any) -> None:
-    """Run the check `dataset_check` attached to reward `fn` (none: nothing to check)."""
-    check = getattr(fn, DATASET_CHECK_ATTR, None)
-    if check is not None:
-        check(dataset)
-
-
-#: Keyword arguments the trainer supplies itself; any other parameter without a default is a dataset column.
-TRAINER_KWARGS = frozenset(
-    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
-)
-
-
-def required_columns(fn: Any) -> list[str]:
-    """The dataset columns a reward function cannot run without: its keyword parameters that have no default.
-
-    Why: a dataset missing `items` otherwise fails at the first reward call, after a whole generation; GAPOTrainer
-    checks this when it is built. `frequency_reward` -> ["items"]; a function taking only **kwargs -> [].
-    """
-    import inspect
-
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # builtins and some C callables have no signature
-        return []
-    return [
-        name
-        for name, p in signature.parameters.items()
-        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and name not in TRAINER_KWARGS
-    ]
+    """Whether GAPOTrainer calls `fn` once per whole group (a `GroupReward`) rather than per completion (TRL's way)."""
+    return isinstance(fn, GroupReward)
 
 
 def completion_text(prompt: Any, completion: Any) -> str:
@@ -324,50 +352,63 @@ def _check_items_and_target(dataset: Any) -> None:
     validate_target_column(dataset)
 
 
-@dataset_check(validate_items_column)
-@group_reward
-def frequency_reward(
-    prompts: list[Any],
-    completions: list[Any],
-    items: list[Sequence[str]],
-    log_metric: Callable[[str, float], None] | None = None,
-    **kwargs: Any,
-) -> list[float]:
+class FrequencyReward(GroupReward):
     """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`.
 
     Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (`gapo.metrics.group_diversity_stats`).
     """
-    answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
-    log_group_diversity(log_metric, answers, items[0])
-    return frequency_aware_rewards(answers, items[0])
+
+    name = "frequency"
+    columns = ("items",)
+
+    def __init__(self) -> None:
+        super().__init__(check_rows=validate_items_column)
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        items: list[Sequence[str]],
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
+        log_group_diversity(log_metric, answers, items[0])
+        return frequency_aware_rewards(answers, items[0])
 
 
-frequency_reward.__name__ = "frequency"
-
-
-@dataset_check(_check_items_and_target)
-@group_reward
-def target_distribution_reward(
-    prompts: list[Any],
-    completions: list[Any],
-    items: list[Sequence[str]],
-    target: list[Mapping[str, float] | Sequence[float]],
-    log_metric: Callable[[str, float], None] | None = None,
-    **kwargs: Any,
-) -> list[float]:
+class TargetDistributionReward(GroupReward):
     """`target_distribution_rewards` as a group reward: valid items from column `items`, p from column `target`.
 
     Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (here the JSD to the target).
     """
-    answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
-    log_group_diversity(log_metric, answers, items[0], target[0])
-    return target_distribution_rewards(answers, items[0], target[0])
+
+    name = "target_distribution"
+    columns = ("items", "target")
+
+    def __init__(self) -> None:
+        super().__init__(check_rows=_check_items_and_target)
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        items: list[Sequence[str]],
+        target: list[Mapping[str, float] | Sequence[float]],
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
+        log_group_diversity(log_metric, answers, items[0], target[0])
+        return target_distribution_rewards(answers, items[0], target[0])
 
 
-target_distribution_reward.__name__ = "target_distribution"
+#: The instances the tasks train with (`gapo.train.task_data`).
+frequency_reward = FrequencyReward()
+target_distribution_reward = TargetDistributionReward()
 
 
-class _ClassReward:
+class _ClassReward(GroupReward):
     """Shared parts of the rewards over equivalence classes: extract, check validity, partition.
 
     `validity` is None (every non-empty answer is valid: the space of answers is implicit), one function
@@ -376,7 +417,7 @@ class _ClassReward:
     Being plain objects with picklable parts, these travel to worker processes like TRL's callable rewards.
     """
 
-    __name__ = "class_reward"
+    name = "class_reward"
 
     def __init__(
         self,
@@ -391,7 +432,6 @@ class _ClassReward:
             )
         self.validity = validity
         self.extract = extract
-        group_reward(self)
 
     def _check(self, category: Sequence[str] | None) -> Validity | None:
         """This group's validity check; an unchecked category is an error, never "everything is valid"."""
@@ -400,14 +440,14 @@ class _ClassReward:
                 return self.validity
             what = "its validity function"
         elif not category:
-            raise ValueError(f"{self.__name__}: validity is per category, but the dataset has no 'category' column")
+            raise ValueError(f"{self.name}: validity is per category, but the dataset has no 'category' column")
         else:
             check = self.validity.get(category[0])
             if check is not None and getattr(check, "checked", True):
                 return check
             what = f"category {category[0]!r}"
         raise ValueError(
-            f"{self.__name__}: {what} has no validity check (validity unchecked); "
+            f"{self.name}: {what} has no validity check (validity unchecked); "
             "give one or leave the category out of training"
         )
 
@@ -439,7 +479,7 @@ class ClassFrequencyReward(_ClassReward):
         if num_items is not None and num_items < 1:
             raise ValueError(f"num_items must be a positive number of classes, got {num_items}")
         self.num_items = num_items
-        self.__name__ = name
+        self.name = name
 
     def __call__(
         self, prompts: list[Any], completions: list[Any], category: list[str] | None = None, **kwargs: Any
@@ -480,7 +520,7 @@ class QualityDiversityReward(_ClassReward):
             raise ValueError(f"weight must be a finite number, got {weight}")
         self.quality, self.mode, self.weight = quality, mode, weight
         self.quality_name = getattr(quality, "__name__", type(quality).__name__)
-        self.__name__ = name or f"quality_diversity_{mode}"
+        self.name = name or f"quality_diversity_{mode}"
 
     def __call__(
         self, prompts: list[Any], completions: list[Any], category: list[str] | None = None, **kwargs: Any

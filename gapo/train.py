@@ -36,13 +36,7 @@ from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
 from gapo.config import config_from_cli
 from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_text_atomic
-from gapo.rewards import (
-    ClassFrequencyReward,
-    frequency_reward,
-    target_distribution_reward,
-    validate_items_column,
-    validate_target_column,
-)
+from gapo.rewards import ClassFrequencyReward, GroupReward, frequency_reward, target_distribution_reward
 from gapo.tasks import lists, open_ended, targets
 
 logger = logging.getLogger(__name__)
@@ -146,6 +140,11 @@ def config_problem(cfg: TrainConfig) -> str | None:
         return f"vllm_mode must be colocate or server, got {cfg.vllm_mode!r}"
     if cfg.task not in TASKS:
         return f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}"
+    if cfg.response_prefix:
+        return (
+            "response_prefix pre-fills the answer, which only evaluation does (TRL would close the pre-filled turn "
+            "and drop it); leave it unset for training"
+        )
     return None
 
 
@@ -153,7 +152,7 @@ def config_problem(cfg: TrainConfig) -> str | None:
 TASKS: tuple[str, ...] = ("lists", "open", "targets")
 
 
-def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
+def task_data(cfg: TrainConfig) -> tuple[Any, list[GroupReward]]:
     """The training dataset and reward functions of `cfg.task`; every check runs here, before any model loads.
 
     Why one function: the three tasks differ only in their prompts and their group reward; the trainer, LoRA and
@@ -182,13 +181,15 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
         "response_prefix": cfg.response_prefix,
     }
     if cfg.task == "targets":
-        dataset = targets.make_target_distribution_dataset(cfg.num_prompts, cfg.seed, **list_args)
-        validate_items_column(dataset)
-        validate_target_column(dataset)
-        return dataset, [target_distribution_reward]
-    dataset = lists.make_list_selection_dataset(cfg.num_prompts, cfg.seed, **list_args)
-    validate_items_column(dataset)
-    return dataset, [frequency_reward]
+        dataset, rewards = (
+            targets.make_target_distribution_dataset(cfg.num_prompts, cfg.seed, **list_args),
+            [target_distribution_reward],
+        )
+    else:
+        dataset, rewards = lists.make_list_selection_dataset(cfg.num_prompts, cfg.seed, **list_args), [frequency_reward]
+    for reward in rewards:  # its columns and rows, before any model loads
+        reward.check(dataset)
+    return dataset, rewards
 
 
 def gapo_config(cfg: TrainConfig) -> Any:

@@ -1,7 +1,7 @@
 """GAPOConfig and GAPOTrainer: TRL's GRPO with group-aware rewards.
 
 How GAPO differs from GRPO (Anschel et al. 2025, section 4), and nothing else:
-1. A reward function may be a *group reward* (`gapo.rewards.group_reward`): it is called once per group with the G
+1. A reward function may be a *group reward* (`gapo.rewards.GroupReward`): it is called once per group with the G
    completions of one prompt and returns G rewards, r = R(o_1..o_G), so it can see frequency, coverage, etc.
 2. Those rewards go through GRPO's usual advantage (r_i - mean) / std and clipped surrogate, unchanged.
 
@@ -10,15 +10,15 @@ TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump
   (huggingface/trl#3896). Here prompts, completions and columns are gathered, each group reward runs on whole groups
   on the main process, with the keyword arguments TRL gives per-completion rewards, and is broadcast; TRL's own path
   still runs the per-completion rewards.
-- `_tokenize_prompts`: a prompt ending in an assistant turn (a pre-fill such as "<answer>") is continued, not closed.
 - `_generate_single_turn` (CPU speed only): each distinct prompt is prefilled once per group (gapo.prefix).
 - `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once, in
   TRL's `batch_size` row chunks.
 The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported). On CUDA they
 are off by default (measured slower there, docs/performance.md) and generation instead uses a static KV cache with
 a compiled decode step (`static_cache_generation`), a setting of TRL's own GenerationConfig. The trainer knows no
-task: a reward checks its dataset columns itself (`gapo.rewards.dataset_check`) and logs its own metrics through
-TRL's `log_metric` (the list rewards log `diversity/*`).
+task: a group reward checks its dataset columns itself (`GroupReward.check`) and logs its own metrics through
+TRL's `log_metric` (the list rewards log `diversity/*`). Prompts are TRL's: a pre-filled assistant turn (a response
+prefix, which only evaluation uses: gapo.sampling) is refused, since TRL would close it and drop the prefix.
 
 Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process 1's, ...)::
 
@@ -43,9 +43,9 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
-from gapo import chat, defaults
+from gapo import defaults
 from gapo.backends import BACKENDS
-from gapo.rewards import is_group_reward, required_columns, run_dataset_check, validate_group_rewards
+from gapo.rewards import is_group_reward, validate_group_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -164,20 +164,20 @@ def compute_group_rewards(
 
 
 def check_reward_inputs(reward_funcs: Any, dataset: Any) -> None:
-    """One line, before any model work, for a reward that needs a dataset column the dataset lacks, or whose own
-    check (`gapo.rewards.dataset_check`: the list rewards' `items`, say) rejects a row."""
-    columns = getattr(dataset, "column_names", None)
-    if reward_funcs is None or columns is None:
+    """One line, before any model work, for a dataset a group reward cannot score (`GroupReward.check`: a missing
+    column, or a bad row such as the list rewards' `items`), or for a prompt that pre-fills the assistant's turn."""
+    if reward_funcs is None or getattr(dataset, "column_names", None) is None:
         return
     for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
-        missing = [c for c in required_columns(func) if c not in columns]
-        if missing:
-            name = getattr(func, "__name__", type(func).__name__)
-            raise ValueError(
-                f"reward {name!r} needs dataset column(s) {', '.join(map(repr, missing))}; "
-                f"the training dataset has: {', '.join(columns)}"
-            )
-        run_dataset_check(func, dataset)
+        if is_group_reward(func):
+            func.check(dataset)
+    if "prompt" in dataset.column_names:
+        for index, prompt in enumerate(dataset["prompt"]):
+            if isinstance(prompt, list) and prompt and prompt[-1].get("role") == "assistant":
+                raise ValueError(
+                    f"dataset row {index}: the prompt ends in an assistant turn (a response prefix); TRL would close "
+                    "it and drop the prefix: train without response_prefix (it is for evaluation only)"
+                )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -201,23 +201,6 @@ class GAPOTrainer(GRPOTrainer):
         if self.args.static_cache_generation and not self.use_vllm:
             # TRL builds its GenerationConfig with disable_compile=True; the static cache is there to be compiled.
             self.generation_config.disable_compile = False
-
-    # -- prompts -------------------------------------------------------------------------------------------------
-
-    def _tokenize_prompts(self, prompts: list):  # noqa: ANN202
-        """Continue a pre-filled assistant turn instead of closing it.
-
-        TRL renders every conversational prompt with `add_generation_prompt=True`, so a prompt ending in an
-        assistant message (a response prefix such as "<answer>") is closed with <|im_end|> and generation starts a
-        *new* assistant turn: the prefix is silently lost. Here such prompts are rendered by `gapo.chat.render`
-        (generation prompt + the prefix text), exactly as sampling and evaluation render them.
-        """
-        prefilled = [isinstance(p, list) and p and p[-1].get("role") == "assistant" for p in prompts]
-        if not any(prefilled) or self._is_vlm or self.environment_factories is not None:
-            return super()._tokenize_prompts(prompts)
-        template = {"tools": self.tools or None, "chat_template": self.chat_template, **self.chat_template_kwargs}
-        prompt_ids = [chat.token_ids(self.processing_class, prompt, **template) for prompt in prompts]
-        return prompt_ids, None, {}
 
     # -- rewards -------------------------------------------------------------------------------------------------
 

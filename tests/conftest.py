@@ -69,7 +69,7 @@ def tiny_gapo_args(tmp_path):  # noqa: ANN001, ANN201
 def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
     """`make(reward_funcs=None, train_dataset=None, lora=True, **config overrides) -> GAPOTrainer` on tiny-random.
 
-    Defaults: `frequency_reward`, 8 list prompts pre-filled with "<answer>" (seed 0), a LoRA adapter built from the
+    Defaults: `frequency_reward`, 8 list prompts (seed 0), a LoRA adapter built from the
     config (`gapo.backends.lora_config`); a fresh model each call.
     """
     from gapo.backends import lora_config
@@ -85,11 +85,7 @@ def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
             model=model,
             reward_funcs=reward_funcs if reward_funcs is not None else [frequency_reward],
             args=args,
-            train_dataset=(
-                train_dataset
-                if train_dataset is not None
-                else make_list_selection_dataset(8, seed=0, response_prefix="<answer>")
-            ),
+            train_dataset=(train_dataset if train_dataset is not None else make_list_selection_dataset(8, seed=0)),
             processing_class=tokenizer,
             peft_config=lora_config(args) if lora else None,
         )

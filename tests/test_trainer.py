@@ -117,26 +117,18 @@ def test_bad_dataset_rows_fail_before_training(tiny_gapo_trainer):  # noqa: ANN0
         tiny_gapo_trainer([frequency_reward], bad, lora=False)
 
 
-def test_prefilled_answer_is_continued_not_closed(tiny_gapo_trainer):  # noqa: ANN001
-    """TRL closes a pre-filled assistant turn and opens a new one; GAPOTrainer continues it."""
+def test_prefilled_prompts_are_refused_before_training(tiny_gapo_trainer):  # noqa: ANN001
+    """TRL closes a pre-filled assistant turn and opens a new one, dropping the prefix: a one-line error instead."""
     dataset = make_list_selection_dataset(4, seed=0, response_prefix="<answer>")
-    trainer = tiny_gapo_trainer([frequency_reward], dataset)
-    tokenizer = trainer.processing_class
-    prompts = [dataset[0]["prompt"], [dataset[1]["prompt"][0]]]  # one pre-filled, one plain
-    ids, images, fields = trainer._tokenize_prompts(prompts)
-    texts = [tokenizer.decode(x) for x in ids]
-    assert texts[0].endswith("<|im_start|>assistant\n<answer>")
-    assert texts[1].endswith("<|im_start|>assistant\n")
-    assert images is None and fields == {}
+    with pytest.raises(ValueError, match="dataset row 0: the prompt ends in an assistant turn"):
+        tiny_gapo_trainer([frequency_reward], dataset, lora=False)
 
 
 def test_missing_reward_column_is_one_line_before_any_generation(tiny_gapo_trainer, tmp_path):  # noqa: ANN001
     from datasets import Dataset
 
-    from gapo.rewards import required_columns
-
-    assert required_columns(frequency_reward) == ["items"]
-    assert required_columns(lambda prompts, completions, **kw: []) == []
+    assert frequency_reward.columns == ("items",) and frequency_reward.name == frequency_reward.__name__ == "frequency"
+    assert group_reward(lambda prompts, completions, **kw: []).columns == ()
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": "Pick one: a, b."}]}] * 4)
     with pytest.raises(ValueError, match="reward 'frequency' needs dataset column\\(s\\) 'items'; .* has: prompt"):
         tiny_gapo_trainer([frequency_reward], dataset)
@@ -191,12 +183,12 @@ def test_group_rewards_get_trls_reward_kwargs_sliced_to_the_group(tiny_gapo_trai
         seen["group"].append({"prompts": prompts, "completions": completions, **kwargs})
         return [0.0] * len(completions)
 
-    dataset = make_list_selection_dataset(2, seed=0, response_prefix="<answer>")
+    dataset = make_list_selection_dataset(2, seed=0)
     trainer = tiny_gapo_trainer([per_completion, group, frequency_reward], dataset)
     rows = [dict(dataset[g]) for g in range(2) for _ in range(4)]  # two groups of G=4, as TRL's sampler lays them
     items = [rows[0]["items"], rows[4]["items"]]
     answers = [items[0][0]] * 3 + ["nothing"] + [items[1][0], items[1][1]] * 2
-    completions = [[{"role": "assistant", "content": f"{a}</answer>"}] for a in answers]
+    completions = [[{"role": "assistant", "content": f"<answer>{a}</answer>"}] for a in answers]
     completion_ids = [[i, i + 1] for i in range(8)]
     trainer.environments = [f"env{i}" for i in range(8)]  # what TRL holds per row with an environment_factory
     trainer._calculate_rewards(rows, [r["prompt"] for r in rows], completions, completion_ids)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
 from collections.abc import Mapping
@@ -29,7 +28,7 @@ import yaml
 from gapo.backends import require_cuda
 from gapo.config import DEFAULT_PROFILE
 from gapo.io import write_text_atomic
-from gapo.repro.profiles import DEFAULT_PARAMS, STAGES, PipelineError, resolve, set_profile, stage_params
+from gapo.repro.profiles import DEFAULT_PARAMS, STAGES, PipelineError, resolve, set_profile, set_top_level, stage_params
 
 #: Where a non-default profile runs, relative to the repository root (git-ignored through runs/).
 PROFILE_ROOT = Path("runs") / "profiles"
@@ -52,11 +51,7 @@ def profile_params_text(profile: str, params_file: str | Path, workspace: Path) 
     `repo:` the way from `workspace` back to the repository (with a final slash: dvc.yaml writes ``${repo}path``)."""
     text = Path(params_file).read_text(encoding="utf-8")
     back = os.path.relpath(Path(params_file).resolve().parent, workspace) + "/"
-    for key, value in (("profile", profile), ("repo", f'"{back}"')):
-        text, count = re.subn(rf"(?m)^{key}:[ \t]*[^#\n]*", f"{key}: {value}", text, count=1)
-        if count != 1:
-            raise PipelineError(f"no top-level `{key}:` line in {params_file}")
-    return text
+    return set_top_level(set_top_level(text, "profile", profile, params_file), "repo", f'"{back}"', params_file)
 
 
 def needs_gpu(resolved: Mapping[str, Mapping[str, Any]]) -> bool:

@@ -22,9 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from gapo.config import profile_sections
+from gapo.config import load_params, profile_sections
 from gapo.io import write_text_atomic
 
 DEFAULT_PARAMS = "params.yaml"
@@ -68,13 +66,22 @@ class PipelineError(ValueError):
 
 
 def read_params(params_file: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
-    path = Path(params_file)
-    if not path.is_file():
-        raise PipelineError(f"params file not found: {path}")
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    """The whole params file (`gapo.config.load_params`), which must hold a `profiles:` mapping."""
+    try:
+        data = load_params(params_file)
+    except FileNotFoundError as err:
+        raise PipelineError(str(err)) from None
     if not isinstance(data, dict) or not isinstance(data.get("profiles"), dict):
-        raise PipelineError(f"{path} has no `profiles:` mapping")
+        raise PipelineError(f"{params_file} has no `profiles:` mapping")
     return data
+
+
+def set_top_level(text: str, key: str, value: str, where: str | Path) -> str:
+    """`text` of a params file with its top-level `key:` line set to `value` (comments and the rest kept)."""
+    new, count = re.subn(rf"(?m)^{key}:[ \t]*[^#\n]*?(?=[ \t]*(#|$))", f"{key}: {value}", text, count=1)
+    if count != 1:
+        raise PipelineError(f"no top-level `{key}:` line in {where}")
+    return new
 
 
 def profile_names(params_file: str | Path = DEFAULT_PARAMS) -> list[str]:
@@ -146,9 +153,7 @@ def set_profile(profile: str, params_file: str | Path = DEFAULT_PARAMS) -> None:
     resolve(profile, params_file)
     path = Path(params_file)
     text = path.read_text(encoding="utf-8")
-    new, count = re.subn(r"(?m)^profile:[ \t]*[^\s#]+", f"profile: {profile}", text, count=1)
-    if count != 1:
-        raise PipelineError(f"no top-level `profile:` line in {path}")
+    new = set_top_level(text, "profile", profile, path)
     if new != text:
         write_text_atomic(path, new)
 

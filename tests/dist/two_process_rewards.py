@@ -27,7 +27,7 @@ from cpu_fsdp import route_cpu_to_fsdp
 from gapo.backends import lora_config
 from gapo.tasks.lists import make_list_selection_dataset
 from gapo.models import load_model_and_tokenizer
-from gapo.rewards import completion_text, extract_answer, frequency_reward
+from gapo.rewards import GroupReward, completion_text, extract_answer, frequency_reward
 from gapo.trainer import GAPOConfig, GAPOTrainer
 
 parser = argparse.ArgumentParser()
@@ -46,11 +46,10 @@ def per_completion_spy(prompts, completions, **kwargs):  # noqa: ANN001, ANN201
     return [0.0] * len(completions)
 
 
-class RecordingFrequency:
-    """The paper's reward, recording each call (a callable object: it pickles and keeps its __name__)."""
+class RecordingFrequency(GroupReward):
+    """The paper's reward, recording each call (a GroupReward: it pickles and keeps its name)."""
 
-    __name__ = "frequency"
-    _gapo_group_reward = True
+    name = "frequency"
 
     def __call__(self, prompts, completions, **kwargs):  # noqa: ANN001, ANN204
         record["group_calls"].append({"size": len(completions), "distinct_prompts": len({str(p) for p in prompts})})
@@ -66,9 +65,8 @@ def rank_in_group(texts: list[str]) -> list[float]:
     return [sum(other < text for other in texts) / (len(texts) - 1) for text in texts]
 
 
-class RankInGroup:
-    __name__ = "rank_in_group"
-    _gapo_group_reward = True
+class RankInGroup(GroupReward):
+    name = "rank_in_group"
 
     def __call__(self, prompts, completions, **kwargs):  # noqa: ANN001, ANN204
         return rank_in_group([completion_text(p, c) for p, c in zip(prompts, completions, strict=True)])
@@ -117,7 +115,7 @@ trainer = Spy(
     model=model,
     reward_funcs=[RecordingFrequency(), RankInGroup(), per_completion_spy],
     args=args,
-    train_dataset=make_list_selection_dataset(8, seed=0, response_prefix="<answer>"),
+    train_dataset=make_list_selection_dataset(8, seed=0),
     processing_class=tokenizer,
     peft_config=lora_config(args),
 )
