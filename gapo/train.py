@@ -152,8 +152,11 @@ def config_problem(cfg: TrainConfig) -> str | None:
 TASKS: tuple[str, ...] = ("lists", "open", "targets")
 
 
-def task_data(cfg: TrainConfig) -> tuple[Any, list[GroupReward]]:
+def task_data(cfg: TrainConfig, dataset: Any | None = None) -> tuple[Any, list[GroupReward]]:
     """The training dataset and reward functions of `cfg.task`; every check runs here, before any model loads.
+
+    `dataset` (e.g. the pipeline's data/train.jsonl, built once by its `generate` stage) is trained on as given;
+    without it the task builds its prompts from `cfg`'s dataset settings. Either way each reward checks it.
 
     Why one function: the three tasks differ only in their prompts and their group reward; the trainer, LoRA and
     checkpointing are the same. `open` refuses a category without a lexicon ("validity unchecked"), since its reward
@@ -169,11 +172,14 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[GroupReward]]:
                 f"task open: categories {unchecked} have no lexicon ({open_ended.VALIDITY_UNCHECKED}); train on "
                 f"checked ones: {', '.join(open_ended.LEXICON_SOURCES)}"
             )
-        dataset = open_ended.make_open_dataset(
-            cfg.num_prompts, cfg.seed, categories=categories, response_prefix=cfg.response_prefix
-        )
-        reward = ClassFrequencyReward(cfg.equivalence, validity=open_ended.open_validity_map(categories))
-        return dataset, [reward]
+        if dataset is None:
+            dataset = open_ended.make_open_dataset(
+                cfg.num_prompts, cfg.seed, categories=categories, response_prefix=cfg.response_prefix
+            )
+        rewards: list[GroupReward] = [
+            ClassFrequencyReward(cfg.equivalence, validity=open_ended.open_validity_map(categories))
+        ]
+        return dataset, rewards
     list_args = {
         "min_items": cfg.min_items,
         "max_items": cfg.max_items,
@@ -181,12 +187,13 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[GroupReward]]:
         "response_prefix": cfg.response_prefix,
     }
     if cfg.task == "targets":
-        dataset, rewards = (
-            targets.make_target_distribution_dataset(cfg.num_prompts, cfg.seed, **list_args),
-            [target_distribution_reward],
-        )
+        rewards = [target_distribution_reward]
+        build = targets.make_target_distribution_dataset
     else:
-        dataset, rewards = lists.make_list_selection_dataset(cfg.num_prompts, cfg.seed, **list_args), [frequency_reward]
+        rewards = [frequency_reward]
+        build = lists.make_list_selection_dataset
+    if dataset is None:
+        dataset = build(cfg.num_prompts, cfg.seed, **list_args)
     for reward in rewards:  # its columns and rows, before any model loads
         reward.check(dataset)
     return dataset, rewards
@@ -262,8 +269,9 @@ def _trim_metrics(path: Path, last_step: int) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Run GAPO training; returns the final summary (also written to output_dir/metrics.json)."""
+def train(cfg: TrainConfig, dataset: Any | None = None) -> dict[str, Any]:
+    """Run GAPO training on `dataset` (default: the one `cfg`'s task builds, `task_data`); returns the final summary
+    (also written to output_dir/metrics.json)."""
     # The backend first: Unsloth must be imported before trl (gapo.trainer imports trl).
     backend = backends.resolve(cfg.backend)
     backends.check_vllm(cfg.use_vllm)
@@ -273,7 +281,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
     # Everything that can be wrong is checked before the model loads.
     args = gapo_config(cfg)
     models.check_model_name(cfg.model)
-    dataset, reward_funcs = task_data(cfg)
+    dataset, reward_funcs = task_data(cfg, dataset)
     out = Path(cfg.output_dir)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--output-dir {out} is a file, not a directory; pass a directory path")

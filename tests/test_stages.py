@@ -149,9 +149,17 @@ def test_train_gapo_stage_trains_every_policy_and_logs_each_step(root: Path, tra
     plotting.save(fig, tmp_path / "train.png", close=True)
 
 
-def test_train_gapo_stage_refuses_another_dataset_before_training(root: Path, trained: dict, tmp_path: Path) -> None:
-    P = _params("train_gapo", root, train={"seed": 1})
-    with pytest.raises(ValueError, match="is not the dataset the train settings build"):
+def test_train_gapo_stage_trains_on_the_data_file_and_refuses_a_bad_row_before_training(
+    root: Path, trained: dict, tmp_path: Path
+) -> None:
+    """The stage trains on data/train.jsonl as DVC tracks it (built once, by `generate`): a bad row in that file stops
+    it before anything is written, whatever the train settings would build."""
+    rows = gio.read_jsonl(_params("generate", root)["data"]["out"])
+    rows[1]["items"] = [rows[1]["items"][0]] * 2
+    bad = tmp_path / "train.jsonl"
+    gio.write_jsonl_atomic(bad, rows)
+    P = _params("train_gapo", root, data={"out": str(bad)})
+    with pytest.raises(ValueError, match="dataset row 1: 'items' has the duplicate"):
         train_gapo.run(P, runs_dir=tmp_path / "runs", adapters_dir=tmp_path / "models")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "models").exists()
 

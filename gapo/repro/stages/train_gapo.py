@@ -1,23 +1,23 @@
 """Stage `train_gapo`: GRPO with the frequency-aware group reward and LoRA, one run per `policies` entry.
 
-Each run (adapter name -> base model) uses the `train` section's settings on `data/train.jsonl` (checked to be the
-dataset those settings build), trains in ``<runs_dir>/gapo-<name>`` (an interrupted run resumes from its last
+Each run (adapter name -> base model) uses the `train` section's settings on `data/train.jsonl` (the `generate`
+stage's file: the data is built once), trains in ``<runs_dir>/gapo-<name>`` (an interrupted run resumes from its last
 complete checkpoint) and its adapter is copied to ``<adapters_dir>/<name>`` (the `models` section's ``gapo`` entry
 points there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import datasets
 import pandas as pd
 
 from gapo.io import read_jsonl
 from gapo.repro.stages.common import StageResult
 from gapo.repro.stages.training import train_adapter, training_log
-from gapo.tasks.lists import list_selection_rows
 from gapo.train import TrainConfig
 
 FILES = {"train": "results/train_gapo.csv"}
@@ -37,22 +37,6 @@ LOG_COLUMNS = (
 )
 
 
-def check_dataset(config: Any, rows: Sequence[Mapping[str, Any]], path: str) -> None:
-    """Stop before training when `rows` (the generate stage's file) are not the dataset `config` builds.
-
-    `gapo train` builds its prompts from its own settings; the stage must train on the file DVC tracks, so the two
-    must agree row for row.
-    """
-    expected = list_selection_rows(
-        config.num_prompts, config.seed, config.min_items, config.max_items, config.categories, config.response_prefix
-    )
-    if expected != list(rows):
-        raise ValueError(
-            f"{path} is not the dataset the train settings build (train takes them from the data section): "
-            "rerun stage generate (dvc repro generate)"
-        )
-
-
 def run(
     P: Mapping[str, Any], runs_dir: str | Path = "outputs/runs", adapters_dir: str | Path = "models/gapo"
 ) -> StageResult:
@@ -61,13 +45,11 @@ def run(
     Tables: ``train`` (every run's per-step metrics, `LOG_COLUMNS`, with a ``policy`` column), ``summary`` (per
     policy: steps, minutes, first and last step's metrics). Metrics: each run's summary, by policy.
     """
-    data_path = P["data"]["out"]
-    data_rows = read_jsonl(data_path)
+    dataset = datasets.Dataset.from_list(read_jsonl(P["data"]["out"]))  # the generate stage's file, as DVC tracks it
     summaries, logs = {}, []
     for name, base_model in P["policies"].items():
         config = TrainConfig(**{**P["train"], "model": base_model, "output_dir": str(Path(runs_dir) / f"gapo-{name}")})
-        check_dataset(config, data_rows, data_path)
-        summaries[name] = train_adapter(config, Path(adapters_dir) / name, title=name)
+        summaries[name] = train_adapter(config, Path(adapters_dir) / name, title=name, dataset=dataset)
         logs.append(training_log(config).assign(policy=name))
     log = pd.concat(logs, ignore_index=True)
     log = log[[c for c in LOG_COLUMNS if c in log]]

@@ -35,26 +35,29 @@ def train_config(
     return TrainConfig(**{**train, **changes, "model": model, "task": task, "output_dir": section["output_dir"]})
 
 
-def train_adapter(config: Any, adapter: str | Path, title: str | None = None) -> dict[str, Any]:
-    """Train `config` (a `gapo.train.TrainConfig`) in its run dir and copy the adapter to `adapter`; the run's summary.
+def train_adapter(
+    config: TrainConfig, adapter: str | Path, title: str | None = None, dataset: Any | None = None
+) -> dict[str, Any]:
+    """Train `config` in its run dir on `dataset` (default: the one its task builds, `gapo.train.task_data`) and copy
+    the adapter to `adapter`; the run's summary.
 
     The task's data and reward are checked first (`task_data`), so a bad setting leaves the run dir as it was. An
     interrupted run of the same config is resumed (`prepare_run_dir`): a killed `dvc repro` loses at most one
     save interval. The summary is also written next to the adapter (``train_summary.json``).
     """
-    task_data(config)
+    task_data(config, dataset)
     config.resume = prepare_run_dir(config.output_dir, dataclasses.asdict(config))
     print(
         f"{title or config.task}: {config.model}, {config.max_steps} steps, G={config.num_generations}, "
         f"resume={config.resume}"
     )
-    summary = train(config)
+    summary = train(config, dataset)
     copy_dir(Path(config.output_dir) / "adapter", adapter)
     write_json_atomic(Path(adapter) / "train_summary.json", summary, indent=2)
     return summary
 
 
-def training_log(config: Any) -> pd.DataFrame:
+def training_log(config: TrainConfig) -> pd.DataFrame:
     """The run's per-step metrics (its metrics.jsonl) as a table."""
     return pd.DataFrame(read_jsonl(Path(config.output_dir) / "metrics.jsonl"))
 
