@@ -35,7 +35,7 @@ from typing import Any
 from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
 from gapo.config import config_from_cli
-from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_text_atomic
+from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_json_atomic, write_jsonl_atomic
 from gapo.rewards import ClassFrequencyReward, GroupReward, frequency_reward, target_distribution_reward
 from gapo.tasks import lists, open_ended, targets
 
@@ -261,7 +261,7 @@ def _trim_metrics(path: Path, last_step: int) -> None:
     if not path.is_file():
         return
     kept = [r for r in read_metrics(path) if r.get("step", 0) <= last_step]
-    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+    write_jsonl_atomic(path, kept)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -304,7 +304,7 @@ def train(cfg: TrainConfig, dataset: Any | None = None) -> dict[str, Any]:
         _trim_metrics(metrics_path, int(resume_from.name.split("-")[-1]))
     elif metrics_path.exists():
         metrics_path.unlink()
-    write_text_atomic(out / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
+    write_json_atomic(out / "config.json", dataclasses.asdict(cfg), indent=2)
 
     model, tokenizer, peft_config = backends.load_policy(cfg.model, args)
     trainer = GAPOTrainer(
@@ -324,7 +324,7 @@ def train(cfg: TrainConfig, dataset: Any | None = None) -> dict[str, Any]:
     summary.update({"train_seconds": elapsed, "config": dataclasses.asdict(cfg)})
     save_adapter(trainer, tokenizer, out / "adapter")
     if trainer.accelerator.is_main_process:
-        write_text_atomic(out / "metrics.json", json.dumps(summary, indent=2))
+        write_json_atomic(out / "metrics.json", summary, indent=2)
     return summary
 
 
