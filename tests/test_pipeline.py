@@ -219,8 +219,10 @@ def test_one_stage_per_notebook_running_papermill_with_the_profile() -> None:
         assert f"papermill ${{repo}}{notebook} {executed}" in stage["cmd"] and "-p profile ${profile}" in stage["cmd"]
         assert f"${{repo}}{notebook}" in stage["deps"] and "${repo}gapo/repro/profiles.py" in stage["deps"]
         for dep in stage["deps"]:  # read from the repository (`${repo}`), or another stage's output in the folder
-            assert dep.startswith("${repo}") or dep in ("data/train.jsonl", "models/gapo", "models/sft") or (
-                dep.startswith("metrics/")
+            assert (
+                dep.startswith("${repo}")
+                or dep in ("data/train.jsonl", "models/gapo", "models/sft")
+                or (dep.startswith("metrics/"))
             ), dep
         assert executed in _entries(stage, "outs")
         sections = profiles.STAGES[name]
