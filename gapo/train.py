@@ -284,7 +284,7 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
     # The backend first: Unsloth must be imported before trl (gapo.trainer imports trl).
     backend = backends.resolve(cfg.backend)
-    backends.check_vllm(cfg.use_vllm)
+    backends.check_vllm(cfg.use_vllm, cfg.model)
     backends.activate(backend)
     from gapo.trainer import GAPOTrainer
 

@@ -44,7 +44,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
 from gapo import chat, defaults
-from gapo.backends import BACKENDS
+from gapo.backends import BACKENDS, unsloth_compiled
 from gapo.rewards import is_group_reward, required_columns, run_dataset_check, validate_group_rewards
 
 logger = logging.getLogger(__name__)
@@ -113,10 +113,16 @@ class GAPOConfig(GRPOConfig):
             self.use_cpu = True  # lets `torchrun --nproc_per_node 2` train with gloo on CPU
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of auto, unsloth, peft, got {self.backend!r}")
+        unsloth = self.backend == "unsloth"  # Unsloth generates and scores with its own kernels (docs/gpu.md)
         if self.shared_prompt_forward is None:
-            self.shared_prompt_forward = not cuda
+            self.shared_prompt_forward = not cuda and not unsloth
         if self.static_cache_generation is None:
-            self.static_cache_generation = cuda and not self.use_vllm
+            self.static_cache_generation = cuda and not self.use_vllm and not unsloth
+        if unsloth and (self.shared_prompt_forward or self.static_cache_generation):
+            raise ValueError(
+                "backend unsloth runs Unsloth's own generation and log-prob paths; "
+                "set shared_prompt_forward and static_cache_generation to false (or leave them unset)"
+            )
         if self.static_cache_generation:
             if self.use_vllm:
                 raise ValueError("static_cache_generation applies to transformers' generate; turn it off with use_vllm")
@@ -198,6 +204,14 @@ class GAPOTrainer(GRPOTrainer):
         check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
         super().__init__(*args, **kwargs)
         self._shared_prompt_note: str | None = None
+        #: Unsloth compiled the GRPOTrainer this class derives from: its generation and log-prob paths run, not ours.
+        self._under_unsloth = unsloth_compiled(type(self))
+        if self._under_unsloth:
+            self.args.shared_prompt_forward = False  # generation too (gapo.prefix.trainer_generation reads it)
+        if self.use_vllm:
+            from gapo.sampling.vllm_backend import reload_colocated_weights
+
+            reload_colocated_weights(self.vllm_generation)  # TRL's colocated sync on vLLM's CPU build
         if self.args.static_cache_generation and not self.use_vllm:
             # TRL builds its GenerationConfig with disable_compile=True; the static cache is there to be compiled.
             self.generation_config.disable_compile = False
@@ -324,43 +338,51 @@ class GAPOTrainer(GRPOTrainer):
 
     # -- shared-prompt log-prob pass -----------------------------------------------------------------------------
 
-    def _get_per_token_logps_and_entropies(  # noqa: ANN202
-        self,
-        model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,  # noqa: ANN001
-        compute_aux_loss=False,
-        **kwargs,  # noqa: ANN001
-    ):
-        multimodal = any(v is not None for v in kwargs.values())
-        if self.args.shared_prompt_forward and not multimodal and not compute_aux_loss:
-            from gapo import prefix
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        """TRL's log-prob pass, or gapo.prefix's shared-prompt one where it applies (`shared_prompt_forward`).
 
-            try:
-                logps, entropies = prefix.shared_prompt_logps(
-                    model,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    compute_entropy=compute_entropy,
-                    temperature=self.temperature,
-                    batch_size=batch_size,  # TRL's memory chunking of the old/reference passes, kept
-                )
-                return logps, entropies, None
-            except prefix.Unsupported as why:
-                if self._shared_prompt_note != str(why):
-                    self._shared_prompt_note = str(why)
-                    logger.info("shared-prompt forward off: %s; using TRL's path", why)
-        return super()._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size=batch_size,
-            compute_entropy=compute_entropy,
-            compute_aux_loss=compute_aux_loss,
-            **kwargs,
-        )
+        The arguments go to the parent exactly as they came. Under Unsloth the parent is Unsloth's compiled trainer,
+        whose version of this method takes a 7th positional argument, `compute_efficient`, that TRL's lacks; Unsloth's
+        `compute_loss` passes it positionally (True: "no forward here, return None; the loss computes the log-probs
+        itself"). A signature copied from TRL's bound that True to `compute_aux_loss`, so Unsloth ran a detached
+        forward over its own padded window (logits_to_keep + max_left_pad) and its loss broadcast that against the
+        completion mask: the "Attempting to broadcast a dimension of length s89" failure (docs/gpu.md).
+        """
+        if self.args.shared_prompt_forward and not self._under_unsloth:
+            shared = self._shared_prompt_logps(model, *args, **kwargs)
+            if shared is not None:
+                return shared
+        return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+    def _shared_prompt_logps(  # noqa: ANN202
+        self,
+        model,  # noqa: ANN001
+        input_ids,  # noqa: ANN001
+        attention_mask,  # noqa: ANN001
+        logits_to_keep,  # noqa: ANN001
+        batch_size=None,  # noqa: ANN001
+        compute_entropy=False,  # noqa: ANN001
+        compute_aux_loss=False,  # noqa: ANN001
+        **kwargs,  # noqa: ANN003
+    ):
+        """gapo.prefix's log-prob pass in TRL's signature, or None where it does not apply (TRL's path then runs)."""
+        if compute_aux_loss or any(v is not None for v in kwargs.values()):  # multimodal inputs
+            return None
+        from gapo import prefix
+
+        try:
+            logps, entropies = prefix.shared_prompt_logps(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                compute_entropy=compute_entropy,
+                temperature=self.temperature,
+                batch_size=batch_size,  # TRL's memory chunking of the old/reference passes, kept
+            )
+            return logps, entropies, None
+        except prefix.Unsupported as why:
+            if self._shared_prompt_note != str(why):
+                self._shared_prompt_note = str(why)
+                logger.info("shared-prompt forward off: %s; using TRL's path", why)
+        return None

