@@ -14,9 +14,13 @@ TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump
 - `_generate_single_turn` (CPU speed only): each distinct prompt is prefilled once per group (gapo.prefix).
 - `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once, in
   TRL's `batch_size` row chunks.
-The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported). On CUDA they
-are off by default (measured slower there, docs/performance.md) and generation instead uses a static KV cache with
-a compiled decode step (`static_cache_generation`), a setting of TRL's own GenerationConfig. The trainer knows no
+The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported), and hand
+their arguments to the parent untouched. On CUDA they are off by default (measured slower there,
+docs/performance.md) and generation instead uses a static KV cache with a compiled decode step
+(`static_cache_generation`), a setting of TRL's own GenerationConfig. Under Unsloth (its compiled GRPOTrainer is then
+the parent) both are off: generation and scoring are Unsloth's, and only `_calculate_rewards` is GAPO's (docs/gpu.md:
+why a copied signature broke Unsloth's loss). With `use_vllm` in colocate mode on vLLM's CPU build, TRL's weight sync
+is wrapped in vLLM's layerwise reload (`gapo.sampling.vllm_backend.reload_colocated_weights`). The trainer knows no
 task: a reward checks its dataset columns itself (`gapo.rewards.dataset_check`) and logs its own metrics through
 TRL's `log_metric` (the list rewards log `diversity/*`).
 

