@@ -206,10 +206,10 @@ class GAPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
-        super().__init__(*args, **kwargs)
-        self._shared_prompt_note: str | None = None
         #: Unsloth compiled the GRPOTrainer this class derives from: its generation and log-prob paths run, not ours.
         self._under_unsloth = unsloth_compiled(type(self))
+        super().__init__(*args, **kwargs)
+        self._shared_prompt_note: str | None = None
         if self._under_unsloth:
             self.args.shared_prompt_forward = False  # generation too (gapo.prefix.trainer_generation reads it)
         if self.use_vllm:
