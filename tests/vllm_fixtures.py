@@ -19,6 +19,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -94,13 +95,17 @@ def tiny_vllm_adapters(tiny_vllm_model: str, tmp_path_factory: pytest.TempPathFa
 
 
 @pytest.fixture(scope="session")
-def vllm_engine_for_tiny(tiny_vllm_model: str):  # noqa: ANN201
+def vllm_engine_for_tiny(tiny_vllm_model: str) -> Iterator[Any]:
     """The session's one vLLM engine on `tiny-vllm` (gapo.sampling.vllm_engine's process-wide cache): every test that
     samples `tiny_vllm_model` with ENGINE_KWARGS reuses it instead of starting another (~30 s each on 2 cores)."""
     pytest.importorskip("vllm")
-    from gapo.sampling import vllm_engine
+    from gapo.sampling import vllm_backend
 
-    return vllm_engine(tiny_vllm_model, max_lora_rank=LORA_RANK, **ENGINE_KWARGS)
+    engine = vllm_backend.vllm_engine(tiny_vllm_model, max_lora_rank=LORA_RANK, **ENGINE_KWARGS)
+    yield engine
+    # Stopped here, while pytest's output is open: vLLM's exit hook would otherwise log into closed streams.
+    vllm_backend._VLLM_ENGINES.pop(engine.model_path, None)
+    engine.llm.llm_engine.engine_core.shutdown()
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -116,7 +121,8 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def vllm_server(model: str, *extra: str, timeout: float = 600.0) -> Iterator[str]:
-    """Start vLLM's OpenAI-compatible server for MODEL on 127.0.0.1 and a free port; yield its base URL (".../v1"); stop it on exit.
+    """Start vLLM's OpenAI-compatible server for MODEL on 127.0.0.1 and a free port; yield its base URL
+    (".../v1"); stop it on exit.
 
     The server's log goes to a temporary file, quoted in the error when it does not come up within `timeout`.
     """
