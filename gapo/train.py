@@ -274,7 +274,7 @@ def train(cfg: TrainConfig, dataset: Any | None = None) -> dict[str, Any]:
     (also written to output_dir/metrics.json)."""
     # The backend first: Unsloth must be imported before trl (gapo.trainer imports trl).
     backend = backends.resolve(cfg.backend)
-    backends.check_vllm(cfg.use_vllm)
+    backends.check_vllm(cfg.use_vllm, cfg.model)
     backends.activate(backend)
     from gapo.trainer import GAPOTrainer  # unsloth: only now may trl load
 

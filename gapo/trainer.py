@@ -13,9 +13,13 @@ TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump
 - `_generate_single_turn` (CPU speed only): each distinct prompt is prefilled once per group (gapo.prefix).
 - `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once, in
   TRL's `batch_size` row chunks.
-The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported). On CUDA they
-are off by default (measured slower there, docs/performance.md) and generation instead uses a static KV cache with
-a compiled decode step (`static_cache_generation`), a setting of TRL's own GenerationConfig. The trainer knows no
+The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported), and hand
+their arguments to the parent untouched. On CUDA they are off by default (measured slower there,
+docs/performance.md) and generation instead uses a static KV cache with a compiled decode step
+(`static_cache_generation`), a setting of TRL's own GenerationConfig. Under Unsloth (its compiled GRPOTrainer is then
+the parent) both are off: generation and scoring are Unsloth's, and only `_calculate_rewards` is GAPO's (docs/gpu.md:
+why a copied signature broke Unsloth's loss). With `use_vllm` in colocate mode on vLLM's CPU build, TRL's weight sync
+is wrapped in vLLM's layerwise reload (`gapo.backends.reload_colocated_weights`). The trainer knows no
 task: a group reward checks its dataset columns itself (`GroupReward.check`) and logs its own metrics through
 TRL's `log_metric` (the list rewards log `diversity/*`). Prompts are TRL's: a pre-filled assistant turn (a response
 prefix, which only evaluation uses: gapo.sampling) is refused, since TRL would close it and drop the prefix.
@@ -44,7 +48,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults
-from gapo.backends import BACKENDS
+from gapo.backends import BACKENDS, reload_colocated_weights, unsloth_compiled
 from gapo.rewards import is_group_reward, validate_group_rewards
 
 logger = logging.getLogger(__name__)
@@ -113,10 +117,16 @@ class GAPOConfig(GRPOConfig):
             self.use_cpu = True  # lets `torchrun --nproc_per_node 2` train with gloo on CPU
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of auto, unsloth, peft, got {self.backend!r}")
+        unsloth = self.backend == "unsloth"  # Unsloth generates and scores with its own kernels (docs/gpu.md)
         if self.shared_prompt_forward is None:
-            self.shared_prompt_forward = not cuda
+            self.shared_prompt_forward = not cuda and not unsloth
         if self.static_cache_generation is None:
-            self.static_cache_generation = cuda and not self.use_vllm
+            self.static_cache_generation = cuda and not self.use_vllm and not unsloth
+        if unsloth and (self.shared_prompt_forward or self.static_cache_generation):
+            raise ValueError(
+                "backend unsloth runs Unsloth's own generation and log-prob paths; "
+                "set shared_prompt_forward and static_cache_generation to false (or leave them unset)"
+            )
         if self.static_cache_generation:
             if self.use_vllm:
                 raise ValueError("static_cache_generation applies to transformers' generate; turn it off with use_vllm")
@@ -196,8 +206,14 @@ class GAPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
+        #: Unsloth compiled the GRPOTrainer this class derives from: its generation and log-prob paths run, not ours.
+        self._under_unsloth = unsloth_compiled(type(self))
         super().__init__(*args, **kwargs)
         self._shared_prompt_note: str | None = None
+        if self._under_unsloth:
+            self.args.shared_prompt_forward = False  # generation too (gapo.prefix.trainer_generation reads it)
+        if self.use_vllm:
+            reload_colocated_weights(self.vllm_generation)  # TRL's colocated sync on vLLM's CPU build
         if self.args.static_cache_generation and not self.use_vllm:
             # TRL builds its GenerationConfig with disable_compile=True; the static cache is there to be compiled.
             self.generation_config.disable_compile = False
@@ -307,43 +323,51 @@ class GAPOTrainer(GRPOTrainer):
 
     # -- shared-prompt log-prob pass -----------------------------------------------------------------------------
 
-    def _get_per_token_logps_and_entropies(  # noqa: ANN202
-        self,
-        model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,  # noqa: ANN001
-        compute_aux_loss=False,
-        **kwargs,  # noqa: ANN001
-    ):
-        multimodal = any(v is not None for v in kwargs.values())
-        if self.args.shared_prompt_forward and not multimodal and not compute_aux_loss:
-            from gapo import prefix
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        """TRL's log-prob pass, or gapo.prefix's shared-prompt one where it applies (`shared_prompt_forward`).
 
-            try:
-                logps, entropies = prefix.shared_prompt_logps(
-                    model,
-                    input_ids,
-                    attention_mask,
-                    logits_to_keep,
-                    compute_entropy=compute_entropy,
-                    temperature=self.temperature,
-                    batch_size=batch_size,  # TRL's memory chunking of the old/reference passes, kept
-                )
-                return logps, entropies, None
-            except prefix.Unsupported as why:
-                if self._shared_prompt_note != str(why):
-                    self._shared_prompt_note = str(why)
-                    logger.info("shared-prompt forward off: %s; using TRL's path", why)
-        return super()._get_per_token_logps_and_entropies(
-            model,
-            input_ids,
-            attention_mask,
-            logits_to_keep,
-            batch_size=batch_size,
-            compute_entropy=compute_entropy,
-            compute_aux_loss=compute_aux_loss,
-            **kwargs,
-        )
+        The arguments go to the parent exactly as they came. Under Unsloth the parent is Unsloth's compiled trainer,
+        whose version of this method takes a 7th positional argument, `compute_efficient`, that TRL's lacks; Unsloth's
+        `compute_loss` passes it positionally (True: "no forward here, return None; the loss computes the log-probs
+        itself"). A signature copied from TRL's bound that True to `compute_aux_loss`, so Unsloth ran a detached
+        forward over its own padded window (logits_to_keep + max_left_pad) and its loss broadcast that against the
+        completion mask: the "Attempting to broadcast a dimension of length s89" failure (docs/gpu.md).
+        """
+        if self.args.shared_prompt_forward and not self._under_unsloth:
+            shared = self._shared_prompt_logps(model, *args, **kwargs)
+            if shared is not None:
+                return shared
+        return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+    def _shared_prompt_logps(  # noqa: ANN202
+        self,
+        model,  # noqa: ANN001
+        input_ids,  # noqa: ANN001
+        attention_mask,  # noqa: ANN001
+        logits_to_keep,  # noqa: ANN001
+        batch_size=None,  # noqa: ANN001
+        compute_entropy=False,  # noqa: ANN001
+        compute_aux_loss=False,  # noqa: ANN001
+        **kwargs,  # noqa: ANN003
+    ):
+        """gapo.prefix's log-prob pass in TRL's signature, or None where it does not apply (TRL's path then runs)."""
+        if compute_aux_loss or any(v is not None for v in kwargs.values()):  # multimodal inputs
+            return None
+        from gapo import prefix
+
+        try:
+            logps, entropies = prefix.shared_prompt_logps(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                compute_entropy=compute_entropy,
+                temperature=self.temperature,
+                batch_size=batch_size,  # TRL's memory chunking of the old/reference passes, kept
+            )
+            return logps, entropies, None
+        except prefix.Unsupported as why:
+            if self._shared_prompt_note != str(why):
+                self._shared_prompt_note = str(why)
+                logger.info("shared-prompt forward off: %s; using TRL's path", why)
+        return None

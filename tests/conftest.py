@@ -91,3 +91,12 @@ def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
         )
 
     return make
+
+
+# The `vllm` tests' model, adapters, shared engine and `vllm serve` fixture (tests/vllm_fixtures.py).
+from vllm_fixtures import (  # noqa: E402, F401
+    tiny_vllm_adapters,
+    tiny_vllm_model,
+    vllm_engine_for_tiny,
+    vllm_server_url,
+)

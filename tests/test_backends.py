@@ -29,9 +29,9 @@ def test_auto_and_peft_resolve_to_peft_on_cpu():
 def test_gpu_only_settings_refuse_in_one_line():
     with pytest.raises(ValueError, match="backend 'unsloth' needs a CUDA GPU; use --backend peft"):
         backends.resolve("unsloth")
-    with pytest.raises(ValueError, match="use_vllm needs"):
-        backends.check_vllm(True)
-    backends.check_vllm(False)
+    with pytest.raises(ValueError, match="use_vllm: tiny-random exists only in memory"):
+        backends.check_vllm(True, "tiny-random")
+    backends.check_vllm(False, "tiny-random")
     with pytest.raises(ValueError, match="profile 'paper' needs a CUDA GPU"):
         backends.require_cuda("profile 'paper'")
 
@@ -100,7 +100,7 @@ def test_model_dir_materialises_tiny_random_once():
     ("flags", "message"),
     [
         (["--backend", "unsloth"], "gapo: error: backend 'unsloth' needs a CUDA GPU"),
-        (["--use-vllm"], "gapo: error: use_vllm needs the vllm package"),
+        (["--use-vllm"], "gapo: error: use_vllm: tiny-random exists only in memory"),
         (["--backend", "jax"], "gapo: error: backend must be one of auto, unsloth, peft"),
         (["--vllm-mode", "remote"], "gapo: error: vllm_mode must be colocate or server"),
     ],

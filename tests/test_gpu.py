@@ -1,6 +1,9 @@
 """GPU runs (skipped on CPU): GAPO through Unsloth and through PEFT, each in its own process on tiny-random.
 
 Each must train (every LoRA tensor moves), call the group reward on whole groups only, and log which backend ran.
+Unsloth is expected to pass: its first step used to fail in Unsloth's compiled loss, whose cause and fix are in
+docs/gpu.md (checked on CPU by tests/test_unsloth_seam.py); under Unsloth, generation is Unsloth's own (no static
+cache of ours).
 """
 
 from __future__ import annotations
@@ -19,14 +22,7 @@ pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
 
 
-UNSLOTH_BROKEN = pytest.mark.xfail(
-    strict=True,
-    reason="measured on an H100 (2026-11-22): under Unsloth 2026.10.7 + trl 1.14.2 the first step fails in Unsloth's "
-    "compiled GRPO loss (a shape mismatch in grpo_compute_loss_slow); see docs/performance.md",
-)
-
-
-@pytest.mark.parametrize("backend", ["peft", pytest.param("unsloth", marks=UNSLOTH_BROKEN)])
+@pytest.mark.parametrize("backend", ["peft", "unsloth"])
 def test_backend_trains_with_whole_groups(backend, tmp_path):  # noqa: ANN001
     if backend == "unsloth" and not backends.installed("unsloth"):
         pytest.skip("unsloth is not installed (pip install -e '.[gpu]')")
@@ -44,4 +40,7 @@ def test_backend_trains_with_whole_groups(backend, tmp_path):  # noqa: ANN001
     assert f"backend: {backend}" in proc.stderr
     assert result["group_sizes"] == [8] and result["groups_scored"] >= 6
     assert result["lora_tensors"] > 0 and result["lora_tensors_changed"] == result["lora_tensors"]
-    assert result["cache_implementation"] == "static" and result["static_cache_generation"] is True
+    if backend == "peft":
+        assert result["cache_implementation"] == "static" and result["static_cache_generation"] is True
+    else:
+        assert result["static_cache_generation"] is False and result["shared_prompt_forward"] is False

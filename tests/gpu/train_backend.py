@@ -82,6 +82,7 @@ print(
             "losses": [row["loss"] for row in logs],
             "rewards": [row.get("reward") for row in logs],
             "static_cache_generation": args.static_cache_generation,
+            "shared_prompt_forward": args.shared_prompt_forward,
             "cache_implementation": trainer.generation_config.cache_implementation,
             "gradient_checkpointing": args.gradient_checkpointing,
             "bf16": args.bf16,
