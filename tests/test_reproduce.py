@@ -2,7 +2,8 @@
 runs/profiles/smoke/ and leaves every tracked file as it was (the committed embedded results, dvc.lock, params.yaml).
 
 The clone is made from this repository's HEAD, so the test checks what is committed. Slow: the .venv build (about 4
-minutes with a warm pip cache) and the smoke pipeline (about 5 minutes on 2 cores); `pytest -m "not slow"` skips it.
+minutes with a warm pip cache) and the smoke pipeline (about 5 minutes on 2 cores). Marked `reproduce`: `make test`
+leaves it out to stay within its 20 minutes, and CI runs it next (`make test-reproduce`, .ci/run).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def _git(*args: str, cwd: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.reproduce
 @pytest.mark.timeout(2400)
 @pytest.mark.skipif(not (REPO / ".git").exists() or shutil.which("make") is None, reason="needs a git checkout, make")
 def test_make_reproduce_smoke_passes_in_a_fresh_clone(tmp_path: Path) -> None:
