@@ -78,6 +78,10 @@ class TrainConfig:
     max_completion_length: int = field(default=16, metadata={"help": "tokens generated per completion"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature during training"})
     beta: float = defaults.BETA.field()
+    split_format_reward: bool = field(
+        default=False,
+        metadata={"help": "task lists: format and frequency as two rewards normalised apart (GAPOConfig's help)"},
+    )
     save_steps: int = field(default=10, metadata={"help": "checkpoint interval in steps (what --resume can lose)"})
     save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept"})
     logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
@@ -139,6 +143,8 @@ def config_problem(cfg: TrainConfig) -> str | None:
         return f"vllm_mode must be colocate or server, got {cfg.vllm_mode!r}"
     if cfg.task not in TASKS:
         return f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}"
+    if cfg.split_format_reward and cfg.task != "lists":
+        return f"split_format_reward applies to task lists only, got task {cfg.task!r}"
     return None
 
 
@@ -155,8 +161,10 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
     """
     from gapo.rewards import (
         ClassFrequencyReward,
+        answer_format_reward,
         frequency_reward,
         target_distribution_reward,
+        valid_frequency_reward,
         validate_items_column,
         validate_target_column,
     )
@@ -190,6 +198,8 @@ def task_data(cfg: TrainConfig) -> tuple[Any, list[Any]]:
         return dataset, [target_distribution_reward]
     dataset = lists.make_list_selection_dataset(cfg.num_prompts, cfg.seed, **list_args)
     validate_items_column(dataset)
+    if cfg.split_format_reward:
+        return dataset, [answer_format_reward, valid_frequency_reward]
     return dataset, [frequency_reward]
 
 
@@ -213,6 +223,7 @@ def gapo_config(cfg: TrainConfig) -> Any:
         max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature,
         beta=cfg.beta,
+        split_format_reward=cfg.split_format_reward,
         save_strategy="steps",
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,
