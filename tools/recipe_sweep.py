@@ -127,27 +127,13 @@ def distribution_scores(lists: dict[str, list[str]], samples: Any) -> dict[str, 
 
 def write_report(document: dict[str, Any], out: Path) -> None:
     """results JSON, the curves figure and the markdown table (docs/recipe_sweep.md)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from gapo.io import write_text_atomic
 
     write_text_atomic(out / "recipe_sweep.json", json.dumps(document, indent=2) + "\n")
     runs = {k: v for k, v in document["runs"].items() if "curves" in v}
     keys = [k for k in CURVE_KEYS if any(any(v is not None for v in r["curves"].get(k, [])) for r in runs.values())]
-    fig, axes = plt.subplots(1, len(keys), figsize=(3.3 * len(keys), 3.4), squeeze=False)
-    for ax, key in zip(axes[0], keys, strict=True):
-        for name, run in runs.items():
-            values = [np.nan if v is None else v for v in run["curves"].get(key, [])]
-            ax.plot(range(1, len(values) + 1), values, label=name)
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("step")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "recipe_sweep.png", dpi=120)
-    plt.close(fig)
+    if keys:
+        _curves_figure(runs, keys, out / "recipe_sweep.png")
     s = document["settings"]
     lines = [
         "| variant | what changes | mean JSD | invalid | JSD among valid | top share | first-item share "
@@ -165,6 +151,25 @@ def write_report(document: dict[str, Any], out: Path) -> None:
     write_text_atomic(out / "recipe_sweep.md", "\n".join(lines) + "\n")
 
 
+def _curves_figure(runs: dict[str, Any], keys: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.3 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        for name, run in runs.items():
+            values = [np.nan if v is None else v for v in run["curves"].get(key, [])]
+            ax.plot(range(1, len(values) + 1), values, label=name)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -180,11 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from base, {', '.join(VARIANTS)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    document: dict[str, Any] = {
-        "settings": {"steps": args.steps, "n": args.n, "num_lists": args.num_lists, "seed": args.seed},
-        "runs": {},
-    }
+    settings = {"steps": args.steps, "n": args.n, "num_lists": args.num_lists, "seed": args.seed}
+    document: dict[str, Any] = {"settings": settings, "runs": {}}
+    previous = args.out / "recipe_sweep.json"
+    if previous.exists() and json.loads(previous.read_text())["settings"] == settings:
+        document = json.loads(previous.read_text())  # a rerun with the same settings keeps what it measured
     for name in chosen:
+        if name in document["runs"]:
+            print(f"{name}: kept from {previous}", flush=True)
+            continue
         if name == "base":
             document["runs"]["base"] = {
                 "what": "the base model, untrained",
