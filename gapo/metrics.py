@@ -12,6 +12,8 @@ or small immutable values; none loads a model (unless handed an `Equivalence` wi
 - `coverage`: share of the offered items sampled at least once.
 - `jsd_valid_from_uniform` and `top_share`: the *distribution* apart from the *format* (issue 19): JSD among the
   valid answers only, renormalised over the list, and the share of all samples taken by the most frequent item.
+- `advantage_split` and `frequency_spread`: training diagnostics of one group (issue 19): how much of GRPO's
+  advantage is the format (valid vs invalid) and how much the valid answers' frequencies, and how unequal those are.
 
 Answers reach these functions already parsed: `gapo.rewards.extract_answer` (exactly one ``<answer>`` pair, else
 None: invalid) and, for lists, `gapo.equivalence.match_item`, the matching rule the rewards use too. Unique@n counts
@@ -347,16 +349,71 @@ def check_target(items: Sequence[str], target: Mapping[str, float | None] | Sequ
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def advantage_split(rewards: Sequence[float], valid: Sequence[bool], eps: float = 1e-4) -> dict[str, float]:
+    """Where one group's GRPO advantage comes from: the answer format, or the valid answers' frequencies.
+
+    GRPO's advantage is A_i = (r_i - m) / (s + eps), m and s the group's mean and (Bessel-corrected) std, as TRL
+    computes them with ``scale_rewards="group"``. For a valid answer it splits exactly into a *shift* shared by all
+    valid answers, (m_valid - m) / (s + eps), which is the format signal (valid beats invalid), and a *spread*,
+    (r_i - m_valid) / (s + eps), which is the only part that can move the valid answers towards uniform. Returned as
+    per-completion means of absolute values, so a step's mean over groups is comparable across group sizes:
+
+        advantage/invalid       mean over the group of |A_i| on invalid completions (0 for valid ones)
+        advantage/valid_shift   mean of |m_valid - m| / (s + eps) on valid completions
+        advantage/valid_spread  mean of |r_i - m_valid| / (s + eps) on valid completions
+
+    Why: with the paper's reward an invalid answer scores -1 against about 1, so a few invalid answers set s and
+    m, and push every valid answer up together (the modal ones most, since they are sampled most); the spread part
+    then is a small share. Example: rewards (1, 1, 0.5, -1), valid (T, T, T, F): m = 0.375, s = 0.946, m_valid =
+    0.833; invalid 1.453 / 4 = 0.363, valid_shift 3 * 0.484 / 4 = 0.363, valid_spread (0.176 * 2 + 0.352) / 4 = 0.176.
+    """
+    if len(rewards) != len(valid):
+        raise ValueError(f"{len(rewards)} rewards for {len(valid)} validity flags; give one per completion")
+    if not rewards:
+        raise ValueError("advantage_split needs a non-empty group")
+    r = np.asarray(rewards, dtype=float)
+    ok = np.asarray(valid, dtype=bool)
+    scale = (float(r.std(ddof=1)) if r.size > 1 else 0.0) + eps
+    mean = float(r.mean())
+    mean_valid = float(r[ok].mean()) if ok.any() else mean
+    size = r.size
+    return {
+        "advantage/invalid": float(np.abs(r[~ok] - mean).sum() / scale / size),
+        "advantage/valid_shift": float(ok.sum() * abs(mean_valid - mean) / scale / size),
+        "advantage/valid_spread": float(np.abs(r[ok] - mean_valid).sum() / scale / size),
+    }
+
+
+def frequency_spread(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Standard deviation, over the L items of the list, of each item's share of the group's valid answers.
+
+    0 for a group that spreads its valid answers exactly evenly over the list (only possible when L divides them);
+    NaN when no answer is valid. It is what the frequency reward feeds on: r_i differ by the f differences only.
+    """
+    dist = answer_distribution(answers, valid_items)
+    valid_total = sum(dist.counts)
+    if valid_total == 0:
+        return float("nan")
+    return float(np.std(np.asarray(dist.counts, dtype=float) / valid_total))
+
+
 def group_diversity_stats(answers: Sequence[str | None], items: Sequence[str], target: Any = None) -> dict[str, float]:
-    """Valid fraction and Jensen-Shannon divergence of one group's answers from uniform over its items (from the
-    row's `target` distribution instead, when the dataset carries one).
+    """Valid fraction, Jensen-Shannon divergence of one group's answers from uniform over its items (from the
+    row's `target` distribution instead, when the dataset carries one), the valid answers' frequency spread
+    (`frequency_spread`) and the share of valid answers that name the list's *first* item.
 
     `answers` are the group's answers matched to `items` as the rewards match them (`gapo.equivalence.match_item`;
     None = invalid), so the metric and the reward never disagree about what is valid. TRL averages a step's values,
-    which gives the step's valid fraction (the groups have the same size) and its mean group JSD.
+    which gives the step's valid fraction (the groups have the same size) and its mean group JSD. The first-item
+    share is there because training lists are shuffled: above 1/L it is a position habit, not a preference.
     """
     jsd = jsd_from_uniform(answers, items) if target is None else jsd_to_target(answers, items, target)
-    return {"diversity/valid_fraction": sum(a is not None for a in answers) / len(answers), "diversity/group_jsd": jsd}
+    valid = [a for a in answers if a is not None]
+    stats = {"diversity/valid_fraction": len(valid) / len(answers), "diversity/group_jsd": jsd}
+    if valid:
+        stats["diversity/freq_spread"] = frequency_spread(answers, items)
+        stats["diversity/first_item_share"] = sum(a == items[0] for a in valid) / len(valid)
+    return stats
 
 
 def log_group_diversity(

@@ -43,7 +43,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Literal
 
 from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
-from gapo.metrics import check_target, log_group_diversity
+from gapo.metrics import advantage_split, check_target, log_group_diversity
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 OPEN_TAG, CLOSE_TAG = "<answer>", "</answer>"
@@ -81,14 +81,17 @@ def extract_answer(text: str | None) -> str | None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def _frequency_rewards(keys: Sequence[Hashable | None], share: Callable[[Any], float]) -> list[float]:
-    """r_i = 1 - (f_{k_i} - share(k_i)) for keys that are not None, -1 otherwise; f over the non-None keys.
+def _frequency_rewards(
+    keys: Sequence[Hashable | None], share: Callable[[Any], float], invalid: float | None = INVALID_REWARD
+) -> list[Any]:
+    """r_i = 1 - (f_{k_i} - share(k_i)) for keys that are not None, `invalid` (-1) otherwise; f over the non-None keys.
 
     The one formula behind the list, target and class rewards: they differ only in what a key is and its share.
+    `invalid=None` leaves invalid completions unscored (the frequency part alone, see `split_format_reward`).
     """
     counts = Counter(k for k in keys if k is not None)
     num_valid = sum(counts.values())
-    return [INVALID_REWARD if k is None else 1.0 - (counts[k] / num_valid - share(k)) for k in keys]
+    return [invalid if k is None else 1.0 - (counts[k] / num_valid - share(k)) for k in keys]
 
 
 def target_distribution_rewards(
@@ -104,12 +107,16 @@ def target_distribution_rewards(
     return _frequency_rewards([a if a in probs else None for a in answers], probs.__getitem__)
 
 
-def frequency_aware_rewards(answers: Sequence[str | None], valid_items: Sequence[str]) -> list[float]:
+def frequency_aware_rewards(
+    answers: Sequence[str | None], valid_items: Sequence[str], invalid: float | None = INVALID_REWARD
+) -> list[Any]:
     """The paper's frequency-aware reward for one group: `target_distribution_rewards` with p uniform over the items.
 
     Args:
         answers: the G answers of one group, as list items (`match_item`); None means no answer was found.
         valid_items: the list the prompt offered. Duplicates collapse, so L is the number of *distinct* items.
+
+        invalid: what an invalid answer gets: -1 (the paper), or None to leave it unscored (`split_format_reward`).
 
     Returns:
         G rewards; invalid answers (None or not in `valid_items`) get -1, the minimum possible.
@@ -118,7 +125,7 @@ def frequency_aware_rewards(answers: Sequence[str | None], valid_items: Sequence
     if not valid:
         raise ValueError("frequency_aware_rewards: valid_items is empty")
     share, members = 1.0 / len(valid), set(valid)
-    return _frequency_rewards([a if a in members else None for a in answers], lambda _: share)
+    return _frequency_rewards([a if a in members else None for a in answers], lambda _: share, invalid)
 
 
 def class_frequency_rewards(labels: Sequence[int | None], num_items: int | None = None) -> list[float]:
@@ -290,21 +297,31 @@ def completion_text(prompt: Any, completion: Any) -> str:
 
 
 def validate_group_rewards(
-    name: str, rewards: Any, group_size: int, kind: str = "group reward", unit: str = "rewards"
+    name: str,
+    rewards: Any,
+    group_size: int,
+    kind: str = "group reward",
+    unit: str = "rewards",
+    allow_none: bool = False,
 ) -> list[float]:
     """Check what a function returned for one group: one finite float per completion, or a one-line error naming
-    the function (`kind` says what it is: a group reward, or the quality reward inside `QualityDiversityReward`)."""
+    the function (`kind` says what it is: a group reward, or the quality reward inside `QualityDiversityReward`).
+
+    With `allow_none` a None becomes NaN: "this reward does not score this completion", as TRL reads a None from a
+    per-completion reward (its group mean and std skip it). The trainer allows it; a quality reward may not.
+    """
     try:
-        values = [float(r) for r in rewards]
+        values = [math.nan if r is None and allow_none else float(r) for r in rewards]
     except (TypeError, ValueError) as err:
         got = type(rewards).__name__
-        raise ValueError(f"{kind} {name!r} must return a list of G floats (no None), got {got}") from err
+        rule = "floats or None" if allow_none else "floats (no None)"
+        raise ValueError(f"{kind} {name!r} must return a list of G {rule}, got {got}") from err
     if len(values) != group_size:
         raise ValueError(
             f"{kind} {name!r} returned {len(values)} {unit} for a group of {group_size}; "
             "it must return one per completion"
         )
-    bad = [v for v in values if not math.isfinite(v)]
+    bad = [v for v in values if not math.isfinite(v) and not (allow_none and math.isnan(v))]
     if bad:
         raise ValueError(f"{kind} {name!r} returned a non-finite value ({bad[0]}) in a group of {group_size}")
     return values
@@ -355,7 +372,8 @@ def _check_items_and_target(dataset: Any) -> None:
 class FrequencyReward(GroupReward):
     """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`.
 
-    Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (`gapo.metrics.group_diversity_stats`).
+    Logs the group's `diversity/*` (`gapo.metrics.group_diversity_stats`) and where GRPO's advantage on this reward
+    comes from (`advantage/*`, `gapo.metrics.advantage_split`).
     """
 
     name = "frequency"
@@ -373,8 +391,61 @@ class FrequencyReward(GroupReward):
         **kwargs: Any,
     ) -> list[float]:
         answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
+        rewards = frequency_aware_rewards(answers, items[0])
         log_group_diversity(log_metric, answers, items[0])
-        return frequency_aware_rewards(answers, items[0])
+        log_advantage_split(log_metric, rewards, answers)
+        return rewards
+
+
+def log_advantage_split(
+    log_metric: Callable[[str, float], None] | None, rewards: Sequence[float], answers: Sequence[str | None]
+) -> None:
+    """Log `advantage_split` of the paper's reward for one group (a no-op outside a trainer)."""
+    if log_metric is None:
+        return
+    for name, value in advantage_split(rewards, [a is not None for a in answers]).items():
+        log_metric(name, value)
+
+
+class ValidFrequencyReward(GroupReward):
+    """The frequency part of `FrequencyReward` alone: 1 - (f_o - 1/L) for a valid answer, None (unscored) otherwise.
+
+    Paired with `answer_format_reward` under `GAPOConfig.split_format_reward`: TRL then normalises each reward within
+    its group on its own (``multi_objective_aggregation="normalize_then_sum"``), so the valid answers are compared
+    with each other only, and invalid ones no longer set their baseline and scale. Logs as `FrequencyReward` does,
+    the advantage split being that of the paper's joint reward on the same group.
+    """
+
+    name = "valid_frequency"
+    columns = ("items",)
+
+    def __init__(self) -> None:
+        super().__init__(check_rows=validate_items_column)
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        items: list[Sequence[str]],
+        log_metric: Callable[[str, float], None] | None = None,
+        **kwargs: Any,
+    ) -> list[float | None]:
+        answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
+        log_group_diversity(log_metric, answers, items[0])
+        log_advantage_split(log_metric, frequency_aware_rewards(answers, items[0]), answers)
+        return frequency_aware_rewards(answers, items[0], invalid=None)
+
+
+def answer_format_reward(
+    prompts: list[Any], completions: list[Any], items: list[Sequence[str]], **kwargs: Any
+) -> list[float]:
+    """Per completion (TRL's ordinary kind): 1 for exactly one answer naming an item of its row's list, -1 otherwise.
+
+    The format half of `FrequencyReward` under `split_format_reward`; it needs no group, so TRL scores it per row
+    (its `items` column is checked by `ValidFrequencyReward`, which it is always paired with).
+    """
+    answers = group_answers(prompts, completions)
+    return [1.0 if match_item(a, row) is not None else INVALID_REWARD for a, row in zip(answers, items, strict=True)]
 
 
 class TargetDistributionReward(GroupReward):
@@ -405,6 +476,7 @@ class TargetDistributionReward(GroupReward):
 
 #: The instances the tasks train with (`gapo.train.task_data`).
 frequency_reward = FrequencyReward()
+valid_frequency_reward = ValidFrequencyReward()
 target_distribution_reward = TargetDistributionReward()
 
 

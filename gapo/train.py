@@ -36,7 +36,15 @@ from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
 from gapo.config import config_from_cli
 from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_json_atomic, write_jsonl_atomic
-from gapo.rewards import ClassFrequencyReward, GroupReward, frequency_reward, target_distribution_reward
+from gapo.rewards import (
+    ClassFrequencyReward,
+    GroupReward,
+    answer_format_reward,
+    frequency_reward,
+    is_group_reward,
+    target_distribution_reward,
+    valid_frequency_reward,
+)
 from gapo.tasks import lists, open_ended, targets
 
 logger = logging.getLogger(__name__)
@@ -81,6 +89,10 @@ class TrainConfig:
     max_completion_length: int = field(default=16, metadata={"help": "tokens generated per completion"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature during training"})
     beta: float = defaults.BETA.field()
+    split_format_reward: bool = field(
+        default=False,
+        metadata={"help": "task lists: format and frequency as two rewards normalised apart (GAPOConfig's help)"},
+    )
     save_steps: int = field(default=10, metadata={"help": "checkpoint interval in steps (what --resume can lose)"})
     save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept"})
     logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
@@ -145,6 +157,8 @@ def config_problem(cfg: TrainConfig) -> str | None:
             "response_prefix pre-fills the answer, which only evaluation does (TRL would close the pre-filled turn "
             "and drop it); leave it unset for training"
         )
+    if cfg.split_format_reward and cfg.task != "lists":
+        return f"split_format_reward applies to task lists only, got task {cfg.task!r}"
     return None
 
 
@@ -189,13 +203,17 @@ def task_data(cfg: TrainConfig, dataset: Any | None = None) -> tuple[Any, list[G
     if cfg.task == "targets":
         rewards = [target_distribution_reward]
         build = targets.make_target_distribution_dataset
+    elif cfg.split_format_reward:
+        rewards = [answer_format_reward, valid_frequency_reward]
+        build = lists.make_list_selection_dataset
     else:
         rewards = [frequency_reward]
         build = lists.make_list_selection_dataset
     if dataset is None:
         dataset = build(cfg.num_prompts, cfg.seed, **list_args)
     for reward in rewards:  # its columns and rows, before any model loads
-        reward.check(dataset)
+        if is_group_reward(reward):
+            reward.check(dataset)
     return dataset, rewards
 
 
@@ -219,6 +237,7 @@ def gapo_config(cfg: TrainConfig) -> Any:
         max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature,
         beta=cfg.beta,
+        split_format_reward=cfg.split_format_reward,
         save_strategy="steps",
         save_steps=cfg.save_steps,
         save_total_limit=cfg.save_total_limit,

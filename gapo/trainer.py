@@ -95,6 +95,15 @@ class GAPOConfig(GRPOConfig):
             "removes the kernel-launch bound of short completions. None: on for CUDA without vLLM, off on CPU."
         },
     )
+    split_format_reward: bool = field(
+        default=False,
+        metadata={
+            "help": "Score the answer format (valid or not) and the group's frequencies as two rewards, each "
+            "normalised within its group (TRL's multi_objective_aggregation='normalize_then_sum'), so invalid "
+            "answers no longer set the valid answers' baseline and scale (docs/uniformity_diagnosis.md). "
+            "The paper: False (one reward, -1 for an invalid answer)."
+        },
+    )
     generation_max_cache_len: int = field(
         default=512,
         metadata={
@@ -117,6 +126,8 @@ class GAPOConfig(GRPOConfig):
             self.use_cpu = True  # lets `torchrun --nproc_per_node 2` train with gloo on CPU
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of auto, unsloth, peft, got {self.backend!r}")
+        if self.split_format_reward:
+            self.multi_objective_aggregation = "normalize_then_sum"
         unsloth = self.backend == "unsloth"  # Unsloth generates and scores with its own kernels (docs/gpu.md)
         if self.shared_prompt_forward is None:
             self.shared_prompt_forward = not cuda and not unsloth
@@ -157,7 +168,11 @@ def compute_group_rewards(
     group_size: int,
     **extra: Any,
 ) -> list[float]:
-    """Call a group reward once per whole group of a gathered batch; returns one reward per row, in row order."""
+    """Call a group reward once per whole group of a gathered batch; returns one reward per row, in row order.
+
+    A None from the reward (this completion is not scored by it) becomes NaN, which TRL's nan-aware group mean and
+    std skip, exactly as for a None from a per-completion reward.
+    """
     rewards: list[float] = []
     for rows in split_groups(len(prompts), group_size):
         group_prompts = [prompts[i] for i in rows]
@@ -169,7 +184,7 @@ def compute_group_rewards(
             **{key: [values[i] for i in rows] for key, values in columns.items()},
             **extra,
         )
-        rewards.extend(validate_group_rewards(name, out, group_size))
+        rewards.extend(validate_group_rewards(name, out, group_size, allow_none=True))
     return rewards
 
 

@@ -117,7 +117,7 @@ def test_gapo_step_takes_unsloths_paths_except_group_rewards(gapo_under_unsloth,
         model=model,
         reward_funcs=[rank_by_length],
         args=args,
-        train_dataset=make_list_selection_dataset(8, seed=0, response_prefix="<answer>"),
+        train_dataset=make_list_selection_dataset(8, seed=0),
         processing_class=tokenizer,
         peft_config=lora_config(args),
     )

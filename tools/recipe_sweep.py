@@ -1,12 +1,17 @@
-"""A small recipe sweep on the embedded model (issue 14 item 1): train a few GAPO variants, score each the same way.
+"""A small recipe sweep on the embedded model (issues 14 and 19): train a few GAPO variants, score each the same way.
 
 Every variant starts from the embedded profile's `train` section as the pipeline resolves it (no pre-fill: the model
-writes ``<answer>...</answer>`` itself), changes one thing, trains `--steps` steps, and is scored on the paper's
-unseen lists without pre-fill (`gapo.repro.experiments.uniformity`: mean JSD from uniform, invalid rate). The base
-model is scored once. Writes the numbers and each run's training curves as JSON, a figure, and a markdown table:
+writes ``<answer>...</answer>`` itself), changes one thing, and trains on the same number of rollouts: `--steps`
+steps at the embedded batch, proportionally fewer at a larger one. Each is scored on the paper's unseen lists without
+pre-fill (`gapo.repro.experiments.uniformity`): mean JSD from uniform, invalid rate, and the distribution apart from
+the format: JSD among valid answers, the top item's share, the share of the list's first item. The base model is
+scored once. Writes the numbers and each run's training curves (issue 19's diagnosis: `advantage/*`,
+`diversity/freq_spread`, `diversity/first_item_share`) as JSON, a figure, and a markdown table:
 
     python tools/recipe_sweep.py --steps 30 --n 50         # CPU, 2 cores: about 8 minutes a variant
     python tools/recipe_sweep.py --only base,lr_1e-4       # a subset
+    python tools/recipe_sweep.py --only base,embedded,split_format,g32_1prompt,4prompts --steps 40 \
+        --out results/diagnosis                             # issue 19's diagnosis (docs/uniformity_diagnosis.md)
 
 Why a tool and not a pipeline stage: it chooses the pipeline's recipe; the pipeline then runs the chosen one.
 """
@@ -19,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 #: name -> (what changes, TrainConfig overrides on top of the embedded `train` section).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "committed": ("the embedded recipe as committed (lr 3e-4, LoRA r16 on attention, beta 0)", {}),
@@ -28,7 +35,25 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {"lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
     ),
     "kl_0.04": ("a KL term to the reference, beta 0.04", {"beta": 0.04}),
+    # issue 19's hypotheses, each on the embedded recipe of params.yaml, at the same number of rollouts
+    "embedded": ("the embedded recipe of params.yaml (the paper's reward)", {}),
+    "split_format": ("format and frequency normalised apart (split_format_reward)", {"split_format_reward": True}),
+    "g32_1prompt": ("G=32, one prompt a step (same rollouts a step)", {"num_generations": 32}),
+    "4prompts": ("4 prompts a step, G=16 (half the steps)", {"per_device_train_batch_size": 64}),
 }
+
+#: Logged per step and kept as curves.
+CURVE_KEYS = (
+    "reward",
+    "diversity/valid_fraction",
+    "diversity/group_jsd",
+    "diversity/freq_spread",
+    "diversity/first_item_share",
+    "advantage/invalid",
+    "advantage/valid_shift",
+    "advantage/valid_spread",
+    "train/frac_zero_std_groups",
+)
 
 
 def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) -> dict[str, Any]:
@@ -37,13 +62,17 @@ def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) 
     from gapo.train import TrainConfig, read_metrics, train
 
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
-    section.update(overrides, max_steps=steps, save_steps=steps, output_dir=str(root / name))
+    batch = section["per_device_train_batch_size"] * section["gradient_accumulation_steps"]
+    section.update(overrides)
+    # the same rollouts for every variant: fewer steps at a larger batch
+    variant_batch = section["per_device_train_batch_size"] * section["gradient_accumulation_steps"]
+    steps = max(1, round(steps * batch / variant_batch))
+    section.update(max_steps=steps, save_steps=steps, output_dir=str(root / name))
     started = time.perf_counter()
     summary = train(TrainConfig(**section))
     seconds = time.perf_counter() - started
-    keys = ("reward", "diversity/valid_fraction", "diversity/group_jsd", "train/frac_zero_std_groups")
     rows = read_metrics(root / name / "metrics.jsonl")
-    curves = {k: [r.get(k) for r in rows] for k in keys}
+    curves = {k: [r.get(k) for r in rows] for k in CURVE_KEYS}
     return {
         "train_seconds": round(seconds, 1),
         "final": summary.get("last", {}),
@@ -66,42 +95,79 @@ def score(adapter: Path | None, n: int, num_lists: int, seed: int) -> dict[str, 
     )  # fmt: skip
     result = uniformity(sampler, n=n, num_lists=num_lists, seed=seed)
     keys = ("mean_jsd", "mean_invalid_rate", "mean_coverage")
-    return {k: round(float(result.summary[k]), 4) for k in keys}
+    scores = {k: round(float(result.summary[k]), 4) for k in keys}
+    return {**scores, **distribution_scores(result.config["lists"], result.tables["samples"])}
+
+
+def distribution_scores(lists: dict[str, list[str]], samples: Any) -> dict[str, Any]:
+    """The distribution apart from the format, per list and as means: JSD among valid answers, the top item's share
+    of all samples, the first listed item's share of the valid ones (a position habit shows there)."""
+    from gapo.metrics import INVALID, jsd_valid_from_uniform, top_share
+
+    per_list = {}
+    for name, items in lists.items():
+        answers = [None if a == INVALID else a for a in samples.loc[samples["category"] == name, "item"]]
+        valid = [a for a in answers if a is not None]
+        per_list[name] = {
+            "jsd_valid": jsd_valid_from_uniform(answers, items),
+            "top_share": top_share(answers, items),
+            "first_item_share": sum(a == items[0] for a in valid) / len(valid) if valid else float("nan"),
+            "top_share_limit": 2 / len(items) + 0.05,
+        }
+    keys = ("jsd_valid", "top_share", "first_item_share")
+    mean = {k: float(np.nanmean([v[k] for v in per_list.values()])) for k in keys}
+    return {
+        "mean_jsd_valid": round(mean["jsd_valid"], 4),
+        "mean_top_share": round(mean["top_share"], 4),
+        "mean_first_item_share": round(mean["first_item_share"], 4),
+        "lists_collapsed": sum(v["top_share"] > v["top_share_limit"] for v in per_list.values()),
+        "per_list": per_list,
+    }
 
 
 def write_report(document: dict[str, Any], out: Path) -> None:
     """results JSON, the curves figure and the markdown table (docs/recipe_sweep.md)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     from gapo.io import write_text_atomic
 
     write_text_atomic(out / "recipe_sweep.json", json.dumps(document, indent=2) + "\n")
     runs = {k: v for k, v in document["runs"].items() if "curves" in v}
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, key in zip(axes, ("reward", "diversity/group_jsd", "train/frac_zero_std_groups"), strict=True):
-        for name, run in runs.items():
-            ax.plot(range(1, len(run["curves"][key]) + 1), run["curves"][key], label=name)
-        ax.set_title(key)
-        ax.set_xlabel("step")
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "recipe_sweep.png", dpi=120)
-    plt.close(fig)
+    keys = [k for k in CURVE_KEYS if any(any(v is not None for v in r["curves"].get(k, [])) for r in runs.values())]
+    if keys:
+        _curves_figure(runs, keys, out / "recipe_sweep.png")
     s = document["settings"]
     lines = [
-        f"| variant | what changes | mean JSD (unseen lists, no pre-fill) | invalid | train s ({s['steps']} steps) |",
-        "|---|---|---|---|---|",
+        "| variant | what changes | mean JSD | invalid | JSD among valid | top share | first-item share "
+        f"| lists collapsed | train s ({s['steps']} steps' rollouts) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, run in document["runs"].items():
         ev = run["eval"]
         lines.append(
             f"| {name} | {run['what']} | {ev['mean_jsd']:.3f} | {ev['mean_invalid_rate']:.3f} | "
+            f"{ev.get('mean_jsd_valid', float('nan')):.3f} | {ev.get('mean_top_share', float('nan')):.3f} | "
+            f"{ev.get('mean_first_item_share', float('nan')):.3f} | {ev.get('lists_collapsed', '-')} | "
             f"{run.get('train_seconds', '-')} |"
         )
     write_text_atomic(out / "recipe_sweep.md", "\n".join(lines) + "\n")
+
+
+def _curves_figure(runs: dict[str, Any], keys: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.3 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys, strict=True):
+        for name, run in runs.items():
+            values = [np.nan if v is None else v for v in run["curves"].get(key, [])]
+            ax.plot(range(1, len(values) + 1), values, label=name)
+        ax.set_title(key, fontsize=9)
+        ax.set_xlabel("step")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,11 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from base, {', '.join(VARIANTS)}")
     args.out.mkdir(parents=True, exist_ok=True)
-    document: dict[str, Any] = {
-        "settings": {"steps": args.steps, "n": args.n, "num_lists": args.num_lists, "seed": args.seed},
-        "runs": {},
-    }
+    settings = {"steps": args.steps, "n": args.n, "num_lists": args.num_lists, "seed": args.seed}
+    document: dict[str, Any] = {"settings": settings, "runs": {}}
+    previous = args.out / "recipe_sweep.json"
+    if previous.exists() and json.loads(previous.read_text())["settings"] == settings:
+        document = json.loads(previous.read_text())  # a rerun with the same settings keeps what it measured
     for name in chosen:
+        if name in document["runs"]:
+            print(f"{name}: kept from {previous}", flush=True)
+            continue
         if name == "base":
             document["runs"]["base"] = {
                 "what": "the base model, untrained",
