@@ -32,7 +32,6 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -451,23 +450,21 @@ def bootstrap_draws(n: int, resamples: int, seed: int, group: int) -> np.ndarray
 
 
 def interval(replicates: np.ndarray, level: float = LEVEL) -> Interval:
-    """Point estimate (column 0) and bias-corrected percentile interval of the resampled statistic (columns 1:).
+    """Point estimate (column 0) and a `level` interval from the spread of the resampled statistic (columns 1:),
+    centred on the estimate: ``[estimate - (median - q_low), estimate + (q_high - median)]``.
 
-    Why bias-corrected: JSD, top share and distinct counts computed from a sample are biased (a resample of a uniform
-    list looks less uniform than the list), so the plain percentile interval can miss the estimate altogether. The
-    correction shifts both percentiles by ``z0 = Phi^-1(share of resamples below the estimate)`` (Efron's BC).
-    NaN resamples are left out (``jsd_valid`` of a resample without a valid answer).
+    Why centred: JSD, coverage, top share and distinct counts of a resample are biased (a resample repeats some
+    samples and drops others, so it covers fewer items and looks less uniform). The plain percentile interval then
+    misses the estimate (coverage 0.80 with [0.74, 0.78]), and Efron's bias-corrected percentiles collapse to a point
+    when every resample lies on one side. The centred interval says how much the metric moves with which samples were
+    drawn. NaN resamples are left out (``jsd_valid`` of a resample without a valid answer).
     """
     estimate = float(replicates[0])
     rest = replicates[1:][~np.isnan(replicates[1:])]
     if len(rest) == 0 or math.isnan(estimate):
         return Interval(estimate, math.nan, math.nan)
-    normal = NormalDist()
-    below = (np.sum(rest < estimate) + 0.5 * np.sum(rest == estimate)) / len(rest)
-    z0 = normal.inv_cdf(min(max(below, 0.5 / len(rest)), 1.0 - 0.5 / len(rest)))
-    tails = [normal.cdf(2 * z0 + normal.inv_cdf(q)) for q in ((1.0 - level) / 2.0, (1.0 + level) / 2.0)]
-    low, high = np.percentile(rest, 100.0 * np.array(tails))
-    return Interval(estimate, float(low), float(high))
+    low, median, high = np.percentile(rest, [50.0 * (1.0 - level), 50.0, 50.0 * (1.0 + level)])
+    return Interval(estimate, float(estimate - (median - low)), float(estimate + (high - median)))
 
 
 def _group_mean(replicates: np.ndarray) -> np.ndarray:
