@@ -41,6 +41,7 @@ def _fails(capsys: pytest.CaptureFixture[str], argv: list[str], match: str) -> N
         (["-n", "1"], "-n must be at least 2"),
         (["--suite", "open", "--lists", "x.yaml"], "--lists is given but suite 'lists' is not run"),
         (["--compare", "tiny-random"], "is the model already evaluated"),
+        (["--compare", "tiny-random:no/such/adapter"], "no LoRA adapter at 'no/such/adapter'"),
         (["--model", "no-such/model"], "unknown model 'no-such/model'"),
     ],
 )
@@ -134,6 +135,20 @@ def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, ca
     lists, questions = len(doc["tables"]["lists"]) // 2, len(doc["tables"]["open"]) // 2
     assert len(samples) == 2 * 3 * (lists + questions)
     assert (out / "eval.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_creativity_suite_on_tiny_random(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from gapo.models import model_dir
+
+    out, same_weights = tmp_path / "ev", model_dir("tiny-random")
+    argv = ["--model", "tiny-random", "--compare", same_weights, "--suite", "creativity", "-n", "2", "--out", str(out)]
+    assert main(["eval", *argv, "--max-new-tokens", "6", "--encoder", "all-MiniLM-L6-v2", "--resamples", "50"]) == 0
+    assert "creativity/one_minus_self_bleu" in capsys.readouterr().out
+    doc = json.loads((out / "eval.json").read_text())
+    first, second = doc["models"]["tiny-random"], doc["models"][same_weights]
+    assert first["mean_embedding_distance_ci_low"] <= first["mean_embedding_distance"]
+    assert second["mean_embedding_distance_diff"] == 0 and second["mean_one_minus_self_bleu_diff"] == 0
+    assert doc["settings"]["encoder"] == "all-MiniLM-L6-v2" and doc["tables"]["creativity"]
 
 
 def _env() -> dict[str, str]:

@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-p", type=float, default=0.0)
     parser.add_argument("--max-new-tokens", type=int, default=None, help="default per suite: " + str(MAX_NEW_TOKENS))
     parser.add_argument("--batch-size", type=int, default=None, help="rows decoded together (memory cap)")
+    parser.add_argument("--encoder", default=None, help="sentence encoder of creativity (default: MPNet, the paper's)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of every interval")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return parser
@@ -237,9 +238,9 @@ class ModelSpec:
 
 
 def parse_compare(text: str, first: ModelSpec) -> ModelSpec:
-    """``M2`` or ``M2:ADAPTER`` (a Windows drive or URL colon is not a separator when the part after is no dir)."""
+    """``M2`` or ``M2:ADAPTER`` (the last colon separates them, unless `text` is an existing path)."""
     model, sep, adapter = text.rpartition(":")
-    spec = ModelSpec(model, adapter) if sep and model and Path(adapter).is_dir() else ModelSpec(text)
+    spec = ModelSpec(model, adapter) if sep and model and adapter and not Path(text).exists() else ModelSpec(text)
     if spec == first:
         raise ValueError(f"--compare {text} is the model already evaluated; name another model or adapter")
     return spec
@@ -325,7 +326,12 @@ def run_suites(sampler: Any, plan: Plan, args: argparse.Namespace) -> dict[str, 
             )
         else:
             results[suite] = experiments.creativity(
-                sampler, n=args.n, max_new_tokens=tokens(suite), seed=args.seed, resamples=args.resamples
+                sampler,
+                n=args.n,
+                encoder=args.encoder,
+                max_new_tokens=tokens(suite),
+                seed=args.seed,
+                resamples=args.resamples,
             )
     return results
 
@@ -389,6 +395,7 @@ def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argpars
         "min_p": args.min_p,
         "max_new_tokens": {s: args.max_new_tokens or MAX_NEW_TOKENS[s] for s in plan.suites},
         "bootstrap": {"resamples": args.resamples, "level": 0.95},
+        "encoder": args.encoder if "creativity" in plan.suites else None,
         "models": [{"key": m.key, "model": m.model, "adapter": m.adapter} for m in plan.models],
         "compare": plan.models[1].key if len(plan.models) == 2 else None,
     }
