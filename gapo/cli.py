@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "data": ("gapo.repro.stages.generate", "write the synthetic list-selection dataset to JSONL"),
     "sft": ("gapo.repro.sft", "train the SFT baseline adapter (Appendix G) on the same list prompts"),
     "pipeline": ("gapo.repro.pipeline", "pipeline profiles: check, use, show"),
+    "eval": ("gapo.repro.evaluate", "how collapsed is a model: lists, open questions, creativity"),
 }
 
 USER_ERRORS = (ValueError, KeyError, FileNotFoundError, FileExistsError)

@@ -152,6 +152,20 @@ def top_share(answers: Sequence[str | None], valid_items: Sequence[str]) -> floa
     return max(dist.counts) / dist.total
 
 
+def first_item_share(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
+    """Share of the *valid* answers that name the list's first item; NaN when none is valid.
+
+    A position habit shows here: a model that learned to copy the first item of any list scores near 1, a uniform
+    sampler 1/L. (The embedded GAPO run of issue 19 answered Mercury, the planets list's first item, 65 times in 100.)
+    Example: (a, a, b, None) over [a, b, c] gives 2/3.
+    """
+    items = _valid_set(valid_items)
+    valid = [a for a in answers if a in set(items)]
+    if not valid:
+        return float("nan")
+    return sum(a == items[0] for a in valid) / len(valid)
+
+
 def coverage(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:
     """Share of the distinct valid items that were answered at least once; in [0, 1]."""
     items = _valid_set(valid_items)
@@ -412,7 +426,7 @@ def group_diversity_stats(answers: Sequence[str | None], items: Sequence[str], t
     stats = {"diversity/valid_fraction": len(valid) / len(answers), "diversity/group_jsd": jsd}
     if valid:
         stats["diversity/freq_spread"] = frequency_spread(answers, items)
-        stats["diversity/first_item_share"] = sum(a == items[0] for a in valid) / len(valid)
+        stats["diversity/first_item_share"] = first_item_share(answers, items)
     return stats
 
 

@@ -311,7 +311,8 @@ def validate_group_rewards(
     per-completion reward (its group mean and std skip it). The trainer allows it; a quality reward may not.
     """
     try:
-        values = [math.nan if r is None and allow_none else float(r) for r in rewards]
+        raw = list(rewards)
+        values = [math.nan if r is None and allow_none else float(r) for r in raw]
     except (TypeError, ValueError) as err:
         got = type(rewards).__name__
         rule = "floats or None" if allow_none else "floats (no None)"
@@ -321,7 +322,7 @@ def validate_group_rewards(
             f"{kind} {name!r} returned {len(values)} {unit} for a group of {group_size}; "
             "it must return one per completion"
         )
-    bad = [v for v in values if not math.isfinite(v) and not (allow_none and math.isnan(v))]
+    bad = [v for v, r in zip(values, raw, strict=True) if not math.isfinite(v) and r is not None]
     if bad:
         raise ValueError(f"{kind} {name!r} returned a non-finite value ({bad[0]}) in a group of {group_size}")
     return values

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gapo.metrics import advantage_split, frequency_spread, group_diversity_stats
+from gapo.metrics import advantage_split, first_item_share, frequency_spread, group_diversity_stats
 from gapo.rewards import (
     answer_format_reward,
     frequency_aware_rewards,
@@ -80,6 +80,9 @@ def test_frequency_spread_and_first_item_share():
     assert stats["diversity/first_item_share"] == pytest.approx(2 / 3)
     assert stats["diversity/freq_spread"] == pytest.approx(np.std([2 / 3, 1 / 3, 0.0]))
     assert "diversity/first_item_share" not in group_diversity_stats([None, None], ITEMS)
+    assert first_item_share(["a", "a", "b", None], ITEMS) == pytest.approx(2 / 3)
+    assert first_item_share(["c", "b"], ITEMS) == 0.0
+    assert math.isnan(first_item_share([None, "zzz"], ITEMS))
 
 
 # -- the split rewards -------------------------------------------------------------------------------------------------

@@ -6,16 +6,20 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from gapo.metrics import INVALID
+from gapo.metrics import INVALID, jsd_from_uniform
 from gapo.repro import prompts as ep
 from gapo.repro.experiments import (
     ExperimentResult,
     bias_case_study,
+    bootstrap_draws,
+    compare,
     creativity,
     haiku_map,
+    interval,
     match_item,
     open_set,
     parse_item,
@@ -151,7 +155,7 @@ def test_uniformity_counts_and_jsd_with_scripted_answers():
     sampler = Sampler(ScriptedBackend(answer))
     result = uniformity(sampler, n=8, num_lists=1)
     per_list = result.tables["per_list"].iloc[0]
-    assert per_list["coverage"] == 0.5 and per_list["invalid_rate"] == 0.0
+    assert per_list["coverage"] == 0.5 and per_list["invalid"] == 0.0
     # P = 1/4 on 4 items, Q = 1/8 on 8: JSD = 1/2 * (1 * log2(4/3)) + 1/2 * (1/2 log2(2/3) + 1/2 log2(2)) = 0.311
     assert per_list["jsd"] == pytest.approx(0.3113, abs=1e-4)
 
@@ -232,7 +236,7 @@ def test_odd_completions_are_counted_not_fatal():
     odd = ["", "\x00", "🚀" * 5000, "<answer></answer>", "<answer>Mars", "<answer>\u202eMars</answer>"]
     sampler = Sampler(ScriptedBackend(lambda text, j: odd[j]))
     result = uniformity(sampler, n=len(odd), num_lists=1)
-    assert result.tables["per_list"]["invalid_rate"].iloc[0] == 1.0
+    assert result.tables["per_list"]["invalid"].iloc[0] == 1.0
     assert result.summary["mean_jsd"] == pytest.approx(1.0)
 
 
@@ -241,8 +245,8 @@ def test_lenient_parsing_counts_bare_item_names():
     sampler = Sampler(ScriptedBackend(lambda text, j: texts[j]))
     result = uniformity(sampler, n=len(texts), lists={"flowers": ["Rose", "Lily"]})
     row = result.tables["per_list"].iloc[0]
-    assert row["invalid_rate"] == pytest.approx(4 / 5)  # strict: only the tagged answer counts
-    assert row["invalid_rate_lenient"] == pytest.approx(2 / 5)  # lenient: "Lily" and "lily." count too
+    assert row["invalid"] == pytest.approx(4 / 5)  # strict: only the tagged answer counts
+    assert row["invalid_lenient"] == pytest.approx(2 / 5)  # lenient: "Lily" and "lily." count too
     assert result.tables["samples"]["item_lenient"].tolist() == ["Lily", "Rose", INVALID, "Lily", INVALID]
     assert parse_item("Lily", ["Lily"]) is None and parse_item("Lily", ["Lily"], lenient=True) == "Lily"
     assert parse_item("<answer>Rose</answer> Lily", ["Lily", "Rose"], lenient=True) == "Rose"  # tags win
@@ -273,3 +277,62 @@ def test_prompt_formats_match_the_training_data():
     assert all(len(set(v)) == 8 and not any("," in x for x in v) for v in ep.UNIFORMITY_LISTS.values())
     assert len(ep.OPEN_SET_PROMPTS) == 10 and len(ep.CREATIVE_PROMPTS) == 8
     assert INVALID not in {x for v in ep.UNIFORMITY_LISTS.values() for x in v}
+
+
+# --- format and distribution apart, intervals, paired differences (issues 19 and 22) -------------------------------
+
+
+def _list_items(text: str) -> list[str]:
+    return text.split("[", 1)[1].split("]", 1)[0].split(", ")
+
+
+def test_uniformity_reports_format_and_distribution_apart_with_known_values():
+    # 8 samples of an 8-item list: 4 invalid, the other 4 all the first item
+    sampler = Sampler(ScriptedBackend(lambda text, j: f"<answer>{_list_items(text)[0]}</answer>" if j % 2 else "no"))
+    result = uniformity(sampler, n=8, num_lists=1, resamples=200)
+    row = result.tables["per_list"].iloc[0]
+    assert row["invalid"] == 0.5 and row["top_share"] == 0.5 and row["coverage"] == 1 / 8 and row["num_items"] == 8
+    # among valid answers: P = (1, 0, ...) against uniform over 8: JSD = 1/2 log2(16/9) + 1/2 (7/8) log2(2) + ...
+    assert row["jsd_valid"] == pytest.approx(jsd_from_uniform(["x"], ["x", *"abcdefg"]))
+    assert row["jsd"] > row["jsd_valid"]  # the invalid bin adds format failures on top
+    summary = result.summary
+    for metric in ("invalid", "jsd", "jsd_valid", "coverage", "top_share"):
+        assert summary[f"mean_{metric}"] == row[metric]
+        assert summary[f"mean_{metric}_ci_low"] <= summary[f"mean_{metric}_ci_high"]
+    assert summary["mean_invalid_ci_low"] < 0.5 < summary["mean_invalid_ci_high"]  # 8 samples: a wide interval
+    assert result.config["bootstrap"]["resamples"] == 200
+    again = uniformity(sampler, n=8, num_lists=1, resamples=200)
+    assert again.summary == summary  # seeded draws
+
+
+def test_bootstrap_interval_is_centred_on_the_estimate_and_skips_nan():
+    reps = np.array([0.5, *np.linspace(0.0, 1.0, 101)])
+    iv = interval(reps)
+    assert iv.estimate == 0.5 and iv.low == pytest.approx(0.025) and iv.high == pytest.approx(0.975)
+    # every resample below the estimate (coverage of a resample): the interval still holds the estimate
+    shifted = interval(np.array([0.8, *np.linspace(0.7, 0.78, 101)]))
+    assert shifted.low == pytest.approx(0.8 - 0.038) and shifted.high == pytest.approx(0.8 + 0.038)  # median 0.74
+    assert math.isnan(interval(np.array([0.3, np.nan, np.nan])).low)
+    draws = bootstrap_draws(5, 3, seed=0, group=1)
+    assert draws.shape == (4, 5) and draws[0].tolist() == [0, 1, 2, 3, 4]
+    assert (draws == bootstrap_draws(5, 3, seed=0, group=1)).all() and not (draws == bootstrap_draws(5, 3, 0, 2)).all()
+
+
+def test_compare_gives_paired_differences_with_known_signs():
+    lists = {"pair": ["Rose", "Lily"], "trio": ["a", "b", "c"]}
+    uniform = Sampler(
+        ScriptedBackend(lambda text, j: f"<answer>{_list_items(text)[j % len(_list_items(text))]}</answer>")
+    )
+    collapsed = Sampler(ScriptedBackend(lambda text, j: f"<answer>{_list_items(text)[0]}</answer>"))
+    base = uniformity(uniform, n=12, lists=lists, resamples=300)
+    other = uniformity(collapsed, n=12, lists=lists, resamples=300)
+    diff = compare(base, other, resamples=300)
+    assert diff["mean_top_share_diff"] == pytest.approx(1.0 - (1 / 2 + 1 / 3) / 2)
+    assert diff["mean_top_share_diff_ci_low"] > 0  # collapse is a real difference, not noise
+    assert diff["mean_jsd_valid_diff"] == pytest.approx(
+        other.summary["mean_jsd_valid"] - base.summary["mean_jsd_valid"]
+    )
+    same = compare(base, uniformity(uniform, n=12, lists=lists, resamples=300), resamples=300)
+    assert all(v == 0 for v in same.values())  # identical samples: a paired difference of exactly 0
+    with pytest.raises(ValueError, match="differ in"):
+        compare(base, uniformity(uniform, n=10, lists=lists))

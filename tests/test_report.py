@@ -17,7 +17,7 @@ def test_committed_readme_table_is_what_committed_metrics_render_to() -> None:
 
 
 def _metrics(jsd: dict[str, float], ci: tuple[float, float], gapo_acc: float) -> dict:
-    models = {m: {"mean_jsd": v, "mean_invalid_rate": 0.1} for m, v in jsd.items()}
+    models = {m: {"mean_jsd": v, "mean_invalid": 0.1} for m, v in jsd.items()}
     bench = {
         "baseline": {"gsm8k": {"flexible": 0.5, "flexible_ci_low": ci[0], "flexible_ci_high": ci[1]}},
         "gapo": {"gsm8k": {"flexible": gapo_acc}},
@@ -100,3 +100,21 @@ def test_coherence_rows_show_the_paired_difference_interval() -> None:
     )
     cell = _row(report.results_table(metrics), "coherence: GSM8K")[1]
     assert cell.endswith("(difference -0.050 [-0.120, 0.020])")
+
+
+def test_format_and_distribution_rows_issue_19() -> None:
+    metrics = _metrics({"baseline": 0.4, "gapo": 0.3}, (0.4, 0.6), 0.45)
+    models = metrics["uniformity"]["models"]
+    models["baseline"].update(mean_jsd_valid=0.30, mean_jsd_prefilled=0.37, mean_top_share=0.2)
+    models["gapo"].update(mean_jsd_valid=0.15, mean_jsd_prefilled=0.30, mean_top_share=0.18)
+    models["gapo"].update(mean_jsd_valid_ci_low=0.12, mean_jsd_valid_ci_high=0.19)
+    table = report.results_table(metrics)
+    valid = _row(table, "lists: mean JSD from uniform among valid answers")
+    assert valid[1] == "0.300 -> **0.150 [0.120, 0.190]** (SFT not run)" and valid[-1] == "yes"  # 0.15 <= 0.5 * 0.30
+    assert _row(table, "lists: mean JSD from uniform with `<answer>` pre-filled")[-1] == "**no**"  # 0.07 below, not 0.1
+    assert _row(table, "lists: invalid answers")[1] == "0.100 -> **0.100**"
+    assert _row(table, "lists: the top item's share")[1] == "0.200 -> **0.180**"
+    models["gapo"]["mean_jsd_prefilled"] = 0.27
+    assert _row(report.results_table(metrics), "lists: mean JSD from uniform with `<answer>`")[-1] == "yes"
+    del models["gapo"]["mean_jsd_valid"]  # an old run without the key: "not run", as any metric not written
+    assert _row(report.results_table(metrics), "lists: mean JSD from uniform among valid")[-1] == "not run"

@@ -94,35 +94,14 @@ def score(adapter: Path | None, n: int, num_lists: int, seed: int) -> dict[str, 
         **sampling,
     )  # fmt: skip
     result = uniformity(sampler, n=n, num_lists=num_lists, seed=seed)
-    keys = ("mean_jsd", "mean_invalid_rate", "mean_coverage")
-    scores = {k: round(float(result.summary[k]), 4) for k in keys}
-    return {**scores, **distribution_scores(result.config["lists"], result.tables["samples"])}
-
-
-def distribution_scores(lists: dict[str, list[str]], samples: Any) -> dict[str, Any]:
-    """The distribution apart from the format, per list and as means: JSD among valid answers, the top item's share
-    of all samples, the first listed item's share of the valid ones (a position habit shows there)."""
-    from gapo.metrics import INVALID, jsd_valid_from_uniform, top_share
-
-    per_list = {}
-    for name, items in lists.items():
-        answers = [None if a == INVALID else a for a in samples.loc[samples["category"] == name, "item"]]
-        valid = [a for a in answers if a is not None]
-        per_list[name] = {
-            "jsd_valid": jsd_valid_from_uniform(answers, items),
-            "top_share": top_share(answers, items),
-            "first_item_share": sum(a == items[0] for a in valid) / len(valid) if valid else float("nan"),
-            "top_share_limit": 2 / len(items) + 0.05,
-        }
-    keys = ("jsd_valid", "top_share", "first_item_share")
-    mean = {k: float(np.nanmean([v[k] for v in per_list.values()])) for k in keys}
-    return {
-        "mean_jsd_valid": round(mean["jsd_valid"], 4),
-        "mean_top_share": round(mean["top_share"], 4),
-        "mean_first_item_share": round(mean["first_item_share"], 4),
-        "lists_collapsed": sum(v["top_share"] > v["top_share_limit"] for v in per_list.values()),
-        "per_list": per_list,
-    }
+    per_list = result.tables["per_list"]
+    scores = {k: round(float(v), 4) for k, v in result.summary.items() if k.startswith("mean_") and "_ci_" not in k}
+    limit = 2 / per_list["num_items"] + 0.05  # issue 19's collapse line: top share above 2/L + 0.05
+    scores["lists_collapsed"] = int((per_list["top_share"] > limit).sum())
+    scores["per_list"] = per_list.set_index("category")[["jsd", "jsd_valid", "top_share", "first_item_share"]].to_dict(
+        "index"
+    )
+    return scores
 
 
 def write_report(document: dict[str, Any], out: Path) -> None:
@@ -142,8 +121,9 @@ def write_report(document: dict[str, Any], out: Path) -> None:
     ]
     for name, run in document["runs"].items():
         ev = run["eval"]
+        invalid = ev.get("mean_invalid", ev.get("mean_invalid_rate"))  # the issue-14 sweep's results keep the old key
         lines.append(
-            f"| {name} | {run['what']} | {ev['mean_jsd']:.3f} | {ev['mean_invalid_rate']:.3f} | "
+            f"| {name} | {run['what']} | {ev['mean_jsd']:.3f} | {invalid:.3f} | "
             f"{ev.get('mean_jsd_valid', float('nan')):.3f} | {ev.get('mean_top_share', float('nan')):.3f} | "
             f"{ev.get('mean_first_item_share', float('nan')):.3f} | {ev.get('lists_collapsed', '-')} | "
             f"{run.get('train_seconds', '-')} |"

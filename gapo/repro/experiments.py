@@ -28,7 +28,8 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,18 @@ from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
 from gapo.io import atomic_open
 from gapo.metrics import (
     INVALID,
+    Interval,
     cosine_distance_to_others,
     coverage,
+    first_item_share,
     jsd_from_uniform,
     jsd_to_target,
+    jsd_valid_from_uniform,
     mean_pairwise_cosine_distance,
     normalize_answer,
     sentence_self_bleu,
     stratified_bootstrap,
+    top_share,
     unique_curve,
 )
 from gapo.repro import prompts as ep
@@ -291,12 +296,15 @@ def uniformity(
     seed: int = 0,
     response_prefix: str | None = None,
     out: str | Path | None = None,
+    resamples: int = 1000,
 ) -> ExperimentResult:
-    """Figures 4 and 8: `n` samples per list; distribution incl. invalid (NV), JSD from uniform per list and mean.
+    """Figures 4 and 8: `n` samples per list; distribution incl. invalid (NV), format and distribution apart.
 
-    Tables: ``samples``, ``distribution`` (category, item, count, share; NV last), ``per_list`` (jsd, coverage,
-    invalid_rate, and jsd_lenient / invalid_rate_lenient under `parse_item`'s lenient rule). Summary: ``mean_jsd``,
-    ``mean_coverage``, ``mean_invalid_rate``, ``mean_jsd_lenient``, ``mean_invalid_rate_lenient``.
+    Tables: ``samples``, ``distribution`` (category, item, count, share; NV last), ``per_list`` (one row per list:
+    each metric of `LIST_METRICS` with its 95% bootstrap interval, ``jsd_lenient`` / ``invalid_lenient`` under
+    `parse_item`'s lenient rule, ``num_items``, ``n``). Summary: ``mean_<metric>`` with ``_ci_low``/``_ci_high`` for
+    each of `LIST_METRICS` (``mean_invalid``, ``mean_jsd``, ``mean_jsd_valid``, ``mean_coverage``,
+    ``mean_top_share``), ``mean_jsd_lenient``, ``mean_invalid_lenient``. See `score_uniformity`.
     """
     _check_n(n)
     chosen = _take(lists, num_lists)
@@ -305,25 +313,49 @@ def uniformity(
             raise ValueError(f"list {name!r} is empty")
     prompts = [ep.user_message(ep.list_prompt(list(items), instruction)) for items in chosen.values()]
     completions = sampler(prompts, n, **_overrides(seed, response_prefix))
-    tables, summary = score_uniformity(chosen, completions)
+    tables, summary = score_uniformity(chosen, completions, resamples=resamples, seed=seed)
     config = {
         "n": n,
         "lists": {k: list(v) for k, v in chosen.items()},
         "instruction": instruction,
         "seed": seed,
         "response_prefix": response_prefix,
+        "bootstrap": _bootstrap_config(resamples, "list"),
         "sampling": _params_of(sampler),
     }
     return _finish(ExperimentResult("uniformity", tables, summary, config), out)
 
 
+def invalid_share(answers: Sequence[str | None]) -> float:
+    """Share of the answers that are not a list item (None): the format failures, the paper's NV bin."""
+    if not answers:
+        raise ValueError("no answers: the invalid share is undefined")
+    return sum(a is None for a in answers) / len(answers)
+
+
+#: The per-list metrics of `uniformity`, format and distribution apart (issue 19): each maps the matched answers
+#: (None = invalid) and the list to a number. ``jsd`` mixes both (the invalid bin is part of its distribution);
+#: ``invalid`` is the format alone; ``jsd_valid`` and ``top_share`` look at the valid answers' distribution.
+LIST_METRICS: dict[str, Callable[[Sequence[str | None], Sequence[str]], float]] = {
+    "invalid": lambda answers, items: invalid_share(answers),
+    "jsd": jsd_from_uniform,
+    "jsd_valid": jsd_valid_from_uniform,
+    "coverage": coverage,
+    "top_share": top_share,
+    "first_item_share": first_item_share,
+}
+
+
 def score_uniformity(
-    lists: Mapping[str, Sequence[str]], completions: Sequence[Sequence[str]]
+    lists: Mapping[str, Sequence[str]],
+    completions: Sequence[Sequence[str]],
+    resamples: int = 1000,
+    seed: int = 0,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
     """Tables and summary of `uniformity` from completions already drawn (``completions[i]`` for the i-th list).
 
-    Strict parsing gives ``jsd``/``coverage``/``invalid_rate`` and the distribution; lenient parsing
-    (`parse_item`) gives the ``*_lenient`` columns.
+    Strict parsing gives `LIST_METRICS` and the distribution; lenient parsing (`parse_item`) gives the
+    ``*_lenient`` columns. The intervals resample each list's samples `resamples` times (`list_replicates`).
     """
     sample_rows, per_list_rows, dist_rows = [], [], []
     for (name, items), texts in zip(lists.items(), completions, strict=True):
@@ -346,27 +378,113 @@ def score_uniformity(
         per_list_rows.append(
             {
                 "category": name,
-                "jsd": jsd_from_uniform(matched, items),
-                "coverage": coverage(matched, items),
-                "invalid_rate": sum(m is None for m in matched) / len(matched),
+                **{metric: f(matched, items) for metric, f in LIST_METRICS.items()},
                 "jsd_lenient": jsd_from_uniform(lenient, items),
-                "invalid_rate_lenient": sum(m is None for m in lenient) / len(lenient),
+                "invalid_lenient": invalid_share(lenient),
+                "num_items": len(dict.fromkeys(items)),
                 "n": len(matched),
             }
         )
         for item in [*items, INVALID]:
             count = sum((m if m is not None else INVALID) == item for m in matched)
             dist_rows.append({"category": name, "item": item, "count": count, "share": count / len(matched)})
+    samples = pd.DataFrame(sample_rows)
     per_list = pd.DataFrame(per_list_rows)
-    summary = {
-        "mean_jsd": float(per_list["jsd"].mean()),
-        "mean_coverage": float(per_list["coverage"].mean()),
-        "mean_invalid_rate": float(per_list["invalid_rate"].mean()),
-        "mean_jsd_lenient": float(per_list["jsd_lenient"].mean()),
-        "mean_invalid_rate_lenient": float(per_list["invalid_rate_lenient"].mean()),
-    }
-    tables = {"samples": pd.DataFrame(sample_rows), "distribution": pd.DataFrame(dist_rows), "per_list": per_list}
+    summary: dict[str, float] = {}
+    for metric, reps in list_replicates(samples, lists, resamples, seed).items():
+        _add_intervals(per_list, summary, metric, reps)
+    summary["mean_jsd_lenient"] = float(per_list["jsd_lenient"].mean())
+    summary["mean_invalid_lenient"] = float(per_list["invalid_lenient"].mean())
+    tables = {"samples": samples, "distribution": pd.DataFrame(dist_rows), "per_list": per_list}
     return tables, summary
+
+
+def _matched_by_group(samples: pd.DataFrame, groups: Sequence[str], column: str = "category") -> list[list[Any]]:
+    """Each group's matched answers (None where invalid), in sample order, from an experiment's ``samples`` table."""
+    by_group = {name: group for name, group in samples.groupby(column, sort=False)}
+    return [
+        [item if valid else None for item, valid in zip(by_group[g]["item"], by_group[g]["valid"], strict=True)]
+        for g in groups
+    ]
+
+
+def list_replicates(
+    samples: pd.DataFrame, lists: Mapping[str, Sequence[str]], resamples: int, seed: int
+) -> dict[str, np.ndarray]:
+    """`LIST_METRICS` of every list on its samples as drawn and on `resamples` bootstrap resamples of them.
+
+    Returns metric -> array (lists, 1 + resamples), column 0 the point estimate. The draws are those of
+    `bootstrap_draws` (by list index), so two models sampled on the same lists with the same n share them.
+    """
+    matched = _matched_by_group(samples, list(lists))
+    out: dict[str, np.ndarray] = {m: np.empty((len(lists), resamples + 1)) for m in LIST_METRICS}
+    for index, (items, answers) in enumerate(zip(lists.values(), matched, strict=True)):
+        for r, draw in enumerate(bootstrap_draws(len(answers), resamples, seed, index)):
+            drawn = [answers[i] for i in draw]
+            for metric, f in LIST_METRICS.items():
+                out[metric][index, r] = f(drawn, items)
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Bootstrap over samples: per-group intervals and paired differences between two models
+# --------------------------------------------------------------------------------------------------------------------
+
+#: The level of every interval reported (95%).
+LEVEL = 0.95
+
+
+def _bootstrap_config(resamples: int, stratified_by: str) -> dict[str, Any]:
+    return {"resamples": resamples, "level": LEVEL, "stratified_by": stratified_by, "draws": "bootstrap_draws"}
+
+
+def bootstrap_draws(n: int, resamples: int, seed: int, group: int) -> np.ndarray:
+    """Sample indices ``(1 + resamples, n)``: row 0 every sample once (the point estimate), then `resamples` draws
+    with replacement, seeded by (`seed`, `group`).
+
+    Why seeded by the group's index and not by the model: two models sampled on the same prompts with the same n and
+    seed get the same draws, so the difference of their resampled statistics is a *paired* bootstrap (`compare`).
+    """
+    if resamples < 1:
+        raise ValueError(f"resamples must be positive, got {resamples}")
+    rng = np.random.default_rng([seed, group])
+    return np.concatenate([np.arange(n)[None, :], rng.integers(0, n, size=(resamples, n))])
+
+
+def interval(replicates: np.ndarray, level: float = LEVEL) -> Interval:
+    """Point estimate (column 0) and a `level` interval from the spread of the resampled statistic (columns 1:),
+    centred on the estimate: ``[estimate - (median - q_low), estimate + (q_high - median)]``.
+
+    Why centred: JSD, coverage, top share and distinct counts of a resample are biased (a resample repeats some
+    samples and drops others, so it covers fewer items and looks less uniform). The plain percentile interval then
+    misses the estimate (coverage 0.80 with [0.74, 0.78]), and Efron's bias-corrected percentiles collapse to a point
+    when every resample lies on one side. The centred interval says how much the metric moves with which samples were
+    drawn. NaN resamples are left out (``jsd_valid`` of a resample without a valid answer).
+    """
+    estimate = float(replicates[0])
+    rest = replicates[1:][~np.isnan(replicates[1:])]
+    if len(rest) == 0 or math.isnan(estimate):
+        return Interval(estimate, math.nan, math.nan)
+    low, median, high = np.percentile(rest, [50.0 * (1.0 - level), 50.0, 50.0 * (1.0 + level)])
+    return Interval(estimate, float(estimate - (median - low)), float(estimate + (high - median)))
+
+
+def _group_mean(replicates: np.ndarray) -> np.ndarray:
+    """The mean over groups (rows) of each resample, groups with NaN left out; (1 + R,)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a resample where every group is NaN gives NaN
+        return np.nanmean(replicates, axis=0)
+
+
+def _add_intervals(table: pd.DataFrame, summary: dict[str, Any], metric: str, replicates: np.ndarray) -> None:
+    """``metric_ci_low/high`` columns in `table` (one row per group) and ``mean_metric`` with its interval."""
+    per_group = [interval(row) for row in replicates]
+    table[f"{metric}_ci_low"] = [i.low for i in per_group]
+    table[f"{metric}_ci_high"] = [i.high for i in per_group]
+    overall = interval(_group_mean(replicates))
+    summary[f"mean_{metric}"] = overall.estimate
+    summary[f"mean_{metric}_ci_low"] = overall.low
+    summary[f"mean_{metric}_ci_high"] = overall.high
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -666,7 +784,7 @@ def target_jsd(
                 "target": target,
                 "share": [sum(m == item for m in matched) / len(texts) for item in items],
                 "jsd": jsd_to_target(matched, items, target),
-                "invalid_rate": sum(m is None for m in matched) / len(texts),
+                "invalid_rate": invalid_share(matched),
                 "n": len(texts),
             }
         )
@@ -676,3 +794,74 @@ def target_jsd(
     config["sampling"] = _params_of(sampler)
     tables = {"samples": pd.DataFrame(sample_rows), "per_list": per_list}
     return _finish(ExperimentResult("target_jsd", tables, summary, config), out)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Two models on the same prompts and seeds: paired differences (`gapo eval --compare`)
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _open_replicates(result: ExperimentResult, resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """Unique@n and valid-unique@n of each question on its answers as drawn and on resamples (`bootstrap_draws`).
+
+    A resample repeats some answers and drops others, so its distinct count is lower than the point estimate: the
+    resampled values serve differences between two models (same draws), not an interval of one model's count.
+    """
+    samples, same = result.tables["samples"], equivalence_from_spec(result.config.get("equivalence"))
+    prompts = list(result.config["prompts"])
+    out = {m: np.full((len(prompts), resamples + 1), np.nan) for m in ("unique_at_n", "valid_unique_at_n")}
+    for index, name in enumerate(prompts):
+        rows = samples[samples["category"] == name]
+        answers, check = list(rows["answer"]), _category_validity(name)
+        for r, draw in enumerate(bootstrap_draws(len(answers), resamples, seed, index)):
+            drawn = [answers[i] for i in draw]
+            out["unique_at_n"][index, r] = unique_curve(drawn, same)[-1]
+            if check.checked:
+                out["valid_unique_at_n"][index, r] = unique_curve(drawn, same, check)[-1]
+    return out
+
+
+def _creativity_replicates(result: ExperimentResult, resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """Each prompt's mean per-output score (embedding distance, 1 - Self-BLEU) on its outputs and on resamples."""
+    samples, tasks = result.tables["samples"], list(result.config["prompts"])
+    out = {m: np.empty((len(tasks), resamples + 1)) for m in ("embedding_distance", "one_minus_self_bleu")}
+    for index, task in enumerate(tasks):
+        rows = samples[samples["task"] == task]
+        draws = bootstrap_draws(len(rows), resamples, seed, index)
+        for metric, reps in out.items():
+            reps[index] = rows[metric].to_numpy(dtype=np.float64)[draws].mean(axis=1)
+    return out
+
+
+def replicates_of(result: ExperimentResult, resamples: int = 1000, seed: int = 0) -> dict[str, np.ndarray]:
+    """metric -> (groups, 1 + resamples) of a `uniformity`, `open_set` or `creativity` result, from its samples."""
+    if result.name == "uniformity":
+        return list_replicates(result.tables["samples"], result.config["lists"], resamples, seed)
+    if result.name == "open_set":
+        return _open_replicates(result, resamples, seed)
+    if result.name == "creativity":
+        return _creativity_replicates(result, resamples, seed)
+    raise ValueError(f"no paired comparison for experiment {result.name!r}")
+
+
+def compare(base: ExperimentResult, other: ExperimentResult, resamples: int = 1000, seed: int = 0) -> dict[str, float]:
+    """``other`` minus ``base`` for each mean metric, with a paired 95% bootstrap interval.
+
+    Both results come from the same experiment on the same prompts, n and seed (`gapo eval --compare`). Each group's
+    samples are resampled at the same indices for both models (`bootstrap_draws`), so the interval is that of the
+    paired difference. Keys: ``mean_<metric>_diff`` with ``_ci_low``/``_ci_high``, as the benchmarks stage writes
+    differences.
+    """
+    if base.name != other.name:
+        raise ValueError(f"cannot compare a {base.name} result with a {other.name} result")
+    mismatch = [k for k in ("n", "seed", "lists", "prompts") if base.config.get(k) != other.config.get(k)]
+    if mismatch:
+        raise ValueError(f"the two {base.name} runs differ in {mismatch}: a paired difference needs the same prompts")
+    a, b = replicates_of(base, resamples, seed), replicates_of(other, resamples, seed)
+    out: dict[str, float] = {}
+    for metric in a:
+        diff = interval(_group_mean(b[metric]) - _group_mean(a[metric]))
+        out[f"mean_{metric}_diff"] = diff.estimate
+        out[f"mean_{metric}_diff_ci_low"] = diff.low
+        out[f"mean_{metric}_diff_ci_high"] = diff.high
+    return out

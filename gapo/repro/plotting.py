@@ -12,6 +12,7 @@ files in results/ without sampling again.
 | `tsne_figure`           | Figure 6 (haiku t-SNE)            |
 | `coherence_figure`      | Figure 7 (creativity vs MATH)     |
 | `valid_unique_figure`   | issue 13: open-ended GAPO         |
+| `eval_figure`           | `gapo eval` (lists, open, creativity) |
 | `target_jsd_figure`     | issue 13: target distributions    |
 | `training_figure`, `loss_figure`, `data_figure` | training curves and the data (no paper figure) |
 """
@@ -223,36 +224,66 @@ def distribution_figure(
     ncols: int = 3,
 ) -> Any:
     """Figures 4/8: answer shares per item (NV last) for each category, the uniform share dashed, and a last panel
-    with the mean JSD from uniform over all lists per model.
+    with the mean JSD from uniform over all lists per model, beside the JSD among valid answers where reported.
 
     ``distribution``: model, category, item, share (as `uniformity` returns, plus a model column);
-    ``per_list``: model, category, jsd.
+    ``per_list``: model, category, jsd, and optionally jsd_valid (format and distribution apart, issue 19).
     """
     labels = _labels(models, labels)
     colors = model_colors(models)
     fig, axes = _grid(len(categories) + 1, ncols, (4.6, 3.4))
     for i, category in enumerate(categories):
-        ax = axes[i]
-        sub = distribution[(distribution["category"] == category) & distribution["model"].isin(models)]
-        order = list(dict.fromkeys(sub["item"]))
-        order = [o for o in order if o != NV_LABEL] + [NV_LABEL]
-        _grouped_bars(ax, sub, "item", "model", "share", order, list(models), colors, labels)
-        ax.axhline(1 / max(1, len(order) - 1), color="black", linestyle="--", linewidth=0.8)
-        ax.set_ylim(0, 1)
-        ax.set_ylabel("share of samples")
-        _letter(ax, i, category)
-    ax = axes[-1]
-    means = per_list[per_list["model"].isin(models)].groupby("model")["jsd"].mean()
-    ax.bar(
-        [labels[m] for m in models], [float(means.get(m, np.nan)) for m in models], color=[colors[m] for m in models]
-    )
-    ax.tick_params(axis="x", rotation=30)
-    ax.set_ylabel("mean JSD from uniform (lower: better)")
-    _letter(ax, len(categories), f"all {per_list['category'].nunique()} lists")
+        _distribution_panel(axes[i], distribution, category, models, colors, labels)
+        _letter(axes[i], i, category)
+    _jsd_panel(axes[-1], per_list, models, colors, labels)
+    _letter(axes[-1], len(categories), f"all {per_list['category'].nunique()} lists")
     if categories:
         axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _distribution_panel(
+    ax: Any,
+    distribution: pd.DataFrame,
+    category: str,
+    models: Sequence[str],
+    colors: Mapping[str, str],
+    labels: Mapping[str, str],
+) -> None:
+    """One list's answer shares per item and model (NV last), the uniform share dashed."""
+    sub = distribution[(distribution["category"] == category) & distribution["model"].isin(models)]
+    order = list(dict.fromkeys(sub["item"]))
+    order = [o for o in order if o != NV_LABEL] + [NV_LABEL]
+    _grouped_bars(ax, sub, "item", "model", "share", order, list(models), colors, labels)
+    ax.axhline(1 / max(1, len(order) - 1), color="black", linestyle="--", linewidth=0.8)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("share of samples")
+
+
+def _jsd_panel(
+    ax: Any, per_list: pd.DataFrame, models: Sequence[str], colors: Mapping[str, str], labels: Mapping[str, str]
+) -> None:
+    """Mean JSD over the lists per model; hatched beside it, the JSD among valid answers when `per_list` has it."""
+    sub = per_list[per_list["model"].isin(models)]
+    metrics = [m for m in ("jsd", "jsd_valid") if m in sub.columns]
+    width = 0.8 / len(metrics)
+    xs = np.arange(len(models))
+    for j, metric in enumerate(metrics):
+        means = sub.groupby("model")[metric].mean()
+        ax.bar(
+            xs + (j - (len(metrics) - 1) / 2) * width,
+            [float(means.get(m, np.nan)) for m in models],
+            width,
+            color=[colors[m] for m in models],
+            hatch="//" if metric == "jsd_valid" else None,
+            edgecolor="white",
+            label="valid answers only" if metric == "jsd_valid" else "with the invalid bin",
+        )
+    ax.set_xticks(xs, [labels[m] for m in models], rotation=30, ha="right")
+    ax.set_ylabel("mean JSD from uniform (lower: better)")
+    if len(metrics) > 1:
+        ax.legend(fontsize=7)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -277,13 +308,8 @@ def unique_curves_figure(
     colors = model_colors(models)
     fig, axes = _grid(len(categories) + 1, ncols, (4.2, 3.2))
     for i, category in enumerate(categories):
-        ax = axes[i]
-        for model in models:
-            sub = curves[(curves["category"] == category) & (curves["model"] == model)]
-            ax.plot(sub["k"], sub["unique"], color=colors[model], label=labels[model])
-        ax.set_xlabel("samples")
-        ax.set_ylabel("distinct answers")
-        _letter(ax, i, category)
+        _curve_panel(axes[i], curves, category, models, colors, labels)
+        _letter(axes[i], i, category)
     ax = axes[-1]
     means = per_prompt[per_prompt["model"].isin(models)].groupby("model")["unique_at_n"].mean()
     ax.bar(
@@ -297,6 +323,74 @@ def unique_curves_figure(
     _letter(ax, len(categories), f"all {per_prompt['category'].nunique()} questions")
     if categories:
         axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _curve_panel(
+    ax: Any,
+    curves: pd.DataFrame,
+    category: str,
+    models: Sequence[str],
+    colors: Mapping[str, str],
+    labels: Mapping[str, str],
+    valid: bool = False,
+) -> None:
+    """One open question's discovery curve (distinct answers after k samples) per model; with `valid`, the curve of
+    valid answers dashed (where the category has a lexicon)."""
+    for model in models:
+        sub = curves[(curves["category"] == category) & (curves["model"] == model)]
+        ax.plot(sub["k"], sub["unique"], color=colors[model], label=labels[model])
+        if valid and sub["valid_unique"].notna().any():
+            ax.plot(sub["k"], sub["valid_unique"], color=colors[model], linestyle="--", linewidth=0.9)
+    ax.set_xlabel("samples")
+    ax.set_ylabel("distinct answers")
+    ax.set_ylim(bottom=0)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# gapo eval: one figure of whatever suites ran
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def eval_figure(
+    models: Sequence[str],
+    distribution: pd.DataFrame | None = None,
+    curves: pd.DataFrame | None = None,
+    per_prompt: pd.DataFrame | None = None,
+    ncols: int = 4,
+) -> Any:
+    """`gapo eval`'s figure: each list's answer shares (NV last), then each open question's discovery curve (valid
+    answers dashed), then the creativity scores per prompt; a suite that did not run adds no panel.
+
+    ``distribution``: model, category, item, share; ``curves``: model, category, k, unique, valid_unique;
+    ``per_prompt``: model, task, embedding_distance, one_minus_self_bleu (creativity).
+    """
+    labels = _labels(models, None)
+    colors = model_colors(models)
+    lists = list(dict.fromkeys(distribution["category"])) if distribution is not None else []
+    questions = list(dict.fromkeys(curves["category"])) if curves is not None else []
+    panels = len(lists) + len(questions) + (2 if per_prompt is not None else 0)
+    if panels == 0:
+        raise ValueError("eval_figure needs at least one suite's table")
+    fig, axes = _grid(panels, ncols, (4.2, 3.2))
+    i = 0
+    for category in lists:
+        _distribution_panel(axes[i], distribution, category, models, colors, labels)  # type: ignore[arg-type]
+        _letter(axes[i], i, f"list: {category}")
+        i += 1
+    for category in questions:
+        _curve_panel(axes[i], curves, category, models, colors, labels, valid=True)  # type: ignore[arg-type]
+        _letter(axes[i], i, f"open: {category}")
+        i += 1
+    if per_prompt is not None:
+        order = list(dict.fromkeys(per_prompt["task"]))
+        for metric in ("embedding_distance", "one_minus_self_bleu"):
+            _grouped_bars(axes[i], per_prompt, "task", "model", metric, order, list(models), colors, labels)
+            axes[i].set_ylabel(metric.replace("_", " ").replace("one minus", "1 -"))
+            _letter(axes[i], i, "creativity")
+            i += 1
+    axes[0].legend(fontsize=8)
     fig.tight_layout()
     return fig
 

