@@ -11,7 +11,8 @@ TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump
   on the main process, with the keyword arguments TRL gives per-completion rewards, and is broadcast; TRL's own path
   still runs the per-completion rewards.
 - `_tokenize_prompts`: a prompt ending in an assistant turn (a pre-fill such as "<answer>") is continued, not closed.
-- `_generate_single_turn` (CPU speed only): each distinct prompt is prefilled once per group (gapo.prefix).
+- `_generate_single_turn` (CPU speed only): the step's prompts are prefilled once each and decoded as one batch that
+  drops finished rows (gapo.prefix.trainer_rollouts, the evaluation sampler's loop); it also counts `rollouts`.
 - `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once, in
   TRL's `batch_size` row chunks.
 The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported). On CUDA they
@@ -190,8 +191,8 @@ class GAPOTrainer(GRPOTrainer):
 
     Takes TRL's arguments: `model, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config, ...`.
     Logged per step, besides TRL's metrics: `rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` over the
-    weighted sum of all rewards, and whatever the rewards log through `log_metric` (the list rewards:
-    `diversity/valid_fraction`, `diversity/group_jsd`).
+    weighted sum of all rewards, `rollouts` (completions generated in the step, all processes), and whatever the
+    rewards log through `log_metric` (the list rewards: `diversity/valid_fraction`, `diversity/group_jsd`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -309,18 +310,21 @@ class GAPOTrainer(GRPOTrainer):
     # -- shared-prompt generation --------------------------------------------------------------------------------
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
-        """TRL's generation, with each distinct prompt prefilled once (gapo.prefix.trainer_generation).
+        """TRL's generation through gapo's decoding loop (gapo.prefix.trainer_rollouts), and the `rollouts` metric.
 
-        The G copies of a prompt otherwise run the whole prompt through the model G times before the first token; the
-        prefill is shared and TRL's own sampling, EOS cut and padding run unchanged. A no-op with vLLM, continuous
-        batching, images, or `shared_prompt_forward=False`.
+        Every prompt of the call is prefilled once and all rows are decoded as one batch, finished rows dropped: the
+        evaluation sampler's loop, with TRL's generation config. TRL's own method runs where that does not apply
+        (vLLM, continuous batching, images, `shared_prompt_forward=False`, an unsupported model or setting).
+        `rollouts` counts the completions generated since the last log (all processes; one step at logging_steps=1).
         """
         from gapo import prefix
 
-        with prefix.trainer_generation(self, images, multimodal_fields):
-            return super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
+        out = prefix.trainer_rollouts(self, prompt_ids, images, multimodal_fields)
+        if out is None:
+            out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        counter = self._metrics["train" if self.model.training else "eval"]["rollouts"]  # TRL clears it at each log
+        counter[:] = [(counter[0] if counter else 0) + len(out[0]) * self.accelerator.num_processes]
+        return out
 
     # -- shared-prompt log-prob pass -----------------------------------------------------------------------------
 
