@@ -307,7 +307,7 @@ class GAPOTrainer(GRPOTrainer):
         zero_std = torch.isclose(grouped.std(dim=1), torch.zeros(1, device=grouped.device))
         metrics["train/frac_zero_std_groups"].append(zero_std.float().mean().item())
 
-    # -- shared-prompt generation --------------------------------------------------------------------------------
+    # -- rollouts ------------------------------------------------------------------------------------------------
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
         """TRL's generation through gapo's decoding loop (gapo.prefix.trainer_rollouts), and the `rollouts` metric.

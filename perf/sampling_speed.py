@@ -7,7 +7,11 @@ the same completion cap for every variant. Variants:
   decoding loop that drops rows at EOS).
 - ``trainer``: what GAPOTrainer samples its rollouts with (`gapo.prefix.trainer_rollouts` without the trainer):
   TRL 1.14.2's generation config for the same settings, resolved by `gapo.prefix.decoding_from_generation_config`,
-  then `gapo.prefix.encode_prompts` and `decode_rows` on the N rows, drawing from torch's global generator.
+  then `gapo.prefix.encode_prompts` and `decode_rows` on the N rows. It draws from the sampler's first-chunk
+  generator (the trainer itself uses torch's global one), so both decode the same tokens and the timing compares
+  code, not draws: on CPU a decoding step costs about the same for 1 row as for 30 (the weights are read either way),
+  so one completion that runs to the cap in one set of draws adds whole steps (measured: 2x CPU time for 14% more
+  tokens with other draws).
 - ``generate``: stock `model.generate` on the prompt repeated to N rows (the prompt encoded N times in one batch).
 - ``loop``: N separate stock ``model.generate(prompt, do_sample=True)`` calls, each encoding the prompt again.
 
@@ -43,6 +47,7 @@ from gapo.prefix import decode_rows, decoding_from_generation_config, encode_pro
 from gapo.repro.prompts import UNIFORMITY_LISTS, list_prompt, user_message
 from gapo.rewards import extract_answer
 from gapo.sampling import sample_completions
+from gapo.sampling.transformers_backend import _chunk_seed
 
 VARIANTS = ("batched", "trainer", "generate", "loop")
 
@@ -112,11 +117,11 @@ def run_trainer(model, tokenizer, prompt, cfg: BenchConfig) -> list[str]:  # noq
         cache_implementation=None,
         disable_compile=True,
     )
-    torch.manual_seed(cfg.seed)
+    generator = torch.Generator(device=ids.device).manual_seed(_chunk_seed(cfg.seed, 0))  # the sampler's draws
     with torch.no_grad():
         decoding = decoding_from_generation_config(model, config)
         encoded = encode_prompts(model, [ids[0].tolist()], tokenizer.pad_token_id, ids.device)
-        rows = decode_rows(model, encoded, [0] * cfg.n, decoding)
+        rows = decode_rows(model, encoded, [0] * cfg.n, decoding, generator)
     return [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
 
 
