@@ -27,14 +27,17 @@ Public API:
 
 - `shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, ...)`: the drop-in for TRL's
   `GRPOTrainer._get_per_token_logps_and_entropies` (returns `(logps, entropies)`).
-- `generate_with_shared_prompt(generate, model, input_ids, attention_mask, ...)`: the same for `model.generate` on
-  left-padded prompts: each distinct prompt is prefilled once and generation continues from the repeated cache.
-- `shared_prompt_generation(model)`: a context manager that routes `model.generate` through the above, and
-  `trainer_generation(trainer, images, multimodal_fields)` the one for a GRPOTrainer's `_generate_single_turn`.
+- `trainer_rollouts(trainer, prompt_ids, images, multimodal_fields)`: the drop-in for TRL's
+  `GRPOTrainer._generate_single_turn`: every prompt of the step prefilled once, all rows decoded as one batch with
+  TRL's generation config, finished rows dropped (None where TRL's own path must run).
+- `encode_prompts(model, prompts, pad_token_id, device)` and `decode_rows(model, encoded, rows, decoding, ...)`: that
+  prefill and that decoding loop, the one implementation under the trainer's rollouts and the evaluation sampler
+  (`gapo.sampling.transformers_backend`); `Decoding`, `process_logits` and `next_tokens` choose each token as
+  `generate` does (temperature, top-k, top-p, min-p, repetition penalty, greedy).
 - `group_prompts(prompt_ids, prompt_mask)`: which rows share a prompt.
 - `prefill(module, input_ids, attention_mask, position_ids)` and `expand_cache(cache, rows)`: the prompt forward and
-  the cache expansion under all of the above and under the evaluation sampler (`gapo.sampling.transformers_backend`),
-  the one implementation of both; `mask_positions(attention_mask)`: position ids of left-padded prompts.
+  the cache expansion under all of the above, the one implementation of both; `mask_positions(attention_mask)`:
+  position ids of left-padded prompts.
 - `Unsupported`: raised for configurations this does not handle; callers fall back to the plain path.
 
 Mixed precision: TRL runs its log-prob forward inside `accelerator.autocast()`; call `shared_prompt_logps` inside it too
@@ -45,11 +48,11 @@ gradient is the same, but the two are only identical with dropout off (as in the
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Sequence
 from copy import deepcopy
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -210,21 +213,16 @@ def prefill(
         `(cache, output)`: a `DynamicCache` holding the prompts' keys/values (U rows, P columns), to be given to
         `expand_cache`, and the module's output for the U prompts.
 
-    Grad mode is the caller's, so the same forward serves all three callers, whose needs really differ:
+    Grad mode is the caller's, so the same forward serves both callers, whose needs really differ:
 
     - training log-probs (`shared_prompt_logps`): the backbone, with grad, on the whole prompt, positions `arange(P)`
       over the padded layout (TRL's plain forward passes none), the last column's hidden state kept for the LM-head
       kernel; expanded to every row of the micro-batch at once, differentiably.
-    - the trainer's generation (`generate_with_shared_prompt`): the backbone, no grad, on all but the last prompt column
-      (`generate` runs that column itself, so its logits processors and draws are stock), positions from the mask.
-    - the evaluation sampler (`gapo.sampling.transformers_backend`): the whole causal LM (any model `generate` runs,
-      including ones `Unsupported` turns away here, such as soft-capped logits) on the whole prompt with
-      `logits_to_keep=1`, positions from the mask, mask None when nothing is padded; the group's cache is kept and a
-      copy expanded per chunk of samples, since N samples of a prompt can exceed one batch.
-
-    Decoding is not shared, on purpose: the trainer's must be `generate`'s (TRL's generation config and random draws,
-    tested against stock GRPOTrainer), while the sampler's own loop drops rows at EOS instead of decoding padding and
-    draws from a generator seeded per chunk, which `generate` offers neither of.
+    - decoding (`encode_prompts`, for the trainer's rollouts and the evaluation sampler): the whole causal LM (any
+      model `generate` runs, including ones `Unsupported` turns away from the log-prob pass, such as soft-capped
+      logits) on the whole prompt with `logits_to_keep=1`, positions from the mask, mask None when nothing is padded.
+      The trainer expands the cache once to all rows of its step; the sampler keeps a group's cache and expands a
+      copy per chunk, since N samples of a prompt can exceed one batch.
     """
     from transformers import DynamicCache
 
@@ -389,7 +387,206 @@ def shared_prompt_logps(
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Generation: prefill each distinct prompt once, then let `generate` continue from the repeated cache
+# Decoding: one loop for the trainer's rollouts and the evaluation sampler
+# --------------------------------------------------------------------------------------------------------------------
+#
+# Layout (U distinct prompts, B rows; rows of one prompt need not be contiguous)::
+#
+#     encode_prompts:  [. . a b c] [d e f g h]           -> cache (U, P), last-position logits (U, V), once each
+#     decode_rows:     rows [0 0 1 1 0]: cache (B, P)    -> step 1: 5 rows draw a token; row 3 emits EOS
+#                      cache (4, P+1) of rows [0 1 2 4]  -> step 2: 4 rows forward one token each, ...
+#
+# Finished rows leave the batch (their cache rows are dropped), so the last steps run on the few long completions
+# instead of decoding padding for every row as `generate` does.
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How the next token is chosen: the part of transformers' `GenerationConfig` this loop implements.
+
+    Applied in `generate`'s order: the repetition penalty on the raw logits (over the row's prompt, padding included,
+    and its new tokens); then, when sampling, temperature, top-k, top-p and min-p; then one draw per row. Greedy
+    (argmax of the penalised logits) when `do_sample` is False or the temperature is 0.
+    """
+
+    max_new_tokens: int
+    eos_token_ids: tuple[int, ...]
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return not self.do_sample or self.temperature == 0
+
+
+def filter_logits(logits: torch.Tensor, top_p: float = 1.0, min_p: float = 0.0, top_k: int = 0) -> torch.Tensor:
+    """Mask (to -inf) the tokens that top-k, then top-p, then min-p remove; the most likely token always survives.
+
+    Args:
+        logits: (B, V) temperature-scaled logits.
+        top_p: keep the smallest set of most likely tokens whose probability reaches `top_p`.
+        min_p: then keep tokens with ``p >= min_p * max(p)`` (Nguyen et al. 2025).
+        top_k: first keep the `top_k` largest logits (ties at the k-th value kept); 0 keeps all.
+
+    The same sets as transformers' `TopKLogitsWarper`, `TopPLogitsWarper` and `MinPLogitsWarper` in that order
+    (tests/test_sampling.py compares them). Example: probabilities (0.5, 0.3, 0.15, 0.05) with top_p=0.8 keep the
+    first two; with min_p=0.2 instead the threshold is 0.1, keeping the first three; top_k=1 keeps the first.
+    """
+    out = logits
+    if 0 < top_k < out.size(-1):
+        kth = torch.topk(out, top_k, dim=-1).values[..., -1:]  # (B, 1)
+        out = out.masked_fill(out < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(out, dim=-1, descending=True)  # (B, V)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of strictly more likely tokens
+        drop_sorted = mass_before >= top_p  # the first token has mass_before 0 < top_p: always kept
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        out = out.masked_fill(drop, float("-inf"))
+    if min_p > 0.0:
+        probs = out.softmax(dim=-1)
+        threshold = min_p * probs.max(dim=-1, keepdim=True).values  # (B, 1)
+        out = out.masked_fill(probs < threshold, float("-inf"))
+    return out
+
+
+def penalize_repetition(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """transformers' `RepetitionPenaltyLogitsProcessor`: every token id in the row's `seen` (B, L) gets its logit
+    divided by `penalty` where positive and multiplied where negative (CTRL, Keskar et al. 2019): (B, V) -> (B, V)."""
+    picked = logits.gather(1, seen)  # (B, L)
+    picked = torch.where(picked < 0, picked * penalty, picked / penalty)
+    return logits.scatter(1, seen, picked)
+
+
+def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """Inverse-CDF sampling, one uniform per row: (B, V) probabilities -> (B,) token ids.
+
+    Why not `torch.multinomial` (what `generate` draws with): on CPU it is ~7x slower over a 152k vocabulary (0.19 s
+    vs 0.03 s for 32 rows), a large part of a decoding step of the 0.5B model. Zero-probability tokens are never drawn:
+    with ``searchsorted(right=True)`` token i needs ``cdf[i-1] <= u < cdf[i]``, an empty interval when p_i = 0.
+    `generator` None draws from torch's global generator (what the trainer's seed sets).
+    """
+    cdf = probs.cumsum(dim=-1)  # (B, V)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def process_logits(logits: torch.Tensor, decoding: Decoding, seen: torch.Tensor | None = None) -> torch.Tensor:
+    """`generate`'s logits processors for `decoding`: (B, V) raw logits -> (B, V) float32 scores, -inf where a token
+    is filtered out; their softmax is the sampling distribution, their argmax the greedy token. `seen` (B, L) feeds
+    the repetition penalty (ignored when it is 1). Temperature and filters apply only when sampling, as in `generate`.
+    """
+    scores = logits.float()
+    if decoding.repetition_penalty != 1.0 and seen is not None:
+        scores = penalize_repetition(scores, seen, decoding.repetition_penalty)
+    if decoding.greedy:
+        return scores
+    if decoding.temperature != 1.0:
+        scores = scores / decoding.temperature
+    return filter_logits(scores, top_p=decoding.top_p, min_p=decoding.min_p, top_k=decoding.top_k)
+
+
+def next_tokens(
+    logits: torch.Tensor, decoding: Decoding, generator: torch.Generator | None, seen: torch.Tensor | None = None
+) -> torch.Tensor:
+    """One token per row: (B, V) raw logits -> (B,) ids, drawn from `process_logits` (argmax when greedy)."""
+    scores = process_logits(logits, decoding, seen)
+    if decoding.greedy:
+        return scores.argmax(dim=-1)
+    return sample_from_probs(scores.softmax(dim=-1), generator)
+
+
+@dataclass
+class EncodedPrompts:
+    """U distinct prompts after one prefill: what `decode_rows` continues from."""
+
+    cache: Any  # DynamicCache of (U, P) keys/values
+    ids: torch.Tensor  # (U, P) token ids, left-padded
+    mask: torch.Tensor | None  # (U, P) 1 on real tokens; None when no prompt is padded (SDPA's causal kernel)
+    logits: torch.Tensor  # (U, V) float32 logits at the last prompt position: the first new token's
+    lengths: torch.Tensor  # (U,) real tokens per prompt: the first new token's position id
+
+
+def encode_prompts(
+    model: nn.Module, prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.device
+) -> EncodedPrompts:
+    """Left-pad the distinct `prompts` (token ids) into one batch and prefill it once, through the whole causal LM
+    (`logits_to_keep=1`), positions counted from each prompt's first real token as `generate` counts them."""
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("a prompt has zero tokens")
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_token_id] * (width - len(p)) + list(p) for p in prompts], device=device)  # (U, P)
+    lengths = torch.tensor([len(p) for p in prompts], device=device)  # (U,)
+    mask = None
+    if bool((lengths < width).any()):
+        mask = (torch.arange(width, device=device)[None, :] >= (width - lengths)[:, None]).long()  # (U, P)
+    positions = mask_positions(mask) if mask is not None else None
+    cache, out = prefill(model, ids, mask, positions, logits_to_keep=1)
+    return EncodedPrompts(cache, ids, mask, out.logits[:, -1, :].float(), lengths)
+
+
+def decode_rows(
+    model: nn.Module,
+    prompts: EncodedPrompts,
+    rows: Sequence[int] | torch.Tensor,
+    decoding: Decoding,
+    generator: torch.Generator | None = None,
+    copy: bool = False,
+) -> list[list[int]]:
+    """Row i continues prompt `rows[i]` until it emits an EOS id or has `max_new_tokens` tokens; all rows in one
+    batch, and a row leaves the batch (its cache rows too) as soon as it finishes.
+
+    Returns each row's new token ids, its EOS id last when it emitted one: what TRL's `_generate_single_turn` keeps
+    of `generate`'s output (the completion cut after the first EOS). `copy` keeps `prompts.cache` for another call
+    (the sampler decodes one prompt batch in several chunks); otherwise it is consumed. Grad and train/eval mode are
+    the caller's (TRL samples in the policy's train mode, LoRA dropout included).
+    """
+    device = prompts.logits.device
+    index = torch.as_tensor(rows, device=device, dtype=torch.long)  # (B,)
+    cache = expand_cache(prompts.cache, index, copy=copy)  # (B, heads, P, d) per layer
+    mask = prompts.mask[index] if prompts.mask is not None else None  # (B, P)
+    seen = prompts.ids[index] if decoding.repetition_penalty != 1.0 else None  # (B, P): the penalty's history
+    positions = prompts.lengths[index].clone()  # (B,) next position id per row
+    logits = prompts.logits[index]  # (B, V)
+    eos = torch.tensor(decoding.eos_token_ids, device=device)
+    active = torch.arange(index.numel(), device=device)  # which rows are still decoding
+    outputs: list[list[int]] = [[] for _ in range(index.numel())]
+    for step in range(decoding.max_new_tokens):
+        tokens = next_tokens(logits, decoding, generator, seen)  # (B_active,)
+        for row, token in zip(active.tolist(), tokens.tolist(), strict=True):
+            outputs[row].append(token)
+        keep = ~torch.isin(tokens, eos)
+        if step == decoding.max_new_tokens - 1 or not bool(keep.any()):
+            break
+        if not bool(keep.all()):
+            kept = keep.nonzero().squeeze(-1)
+            active, tokens, positions = active[kept], tokens[kept], positions[kept]
+            cache.batch_select_indices(kept)
+            mask = mask[kept] if mask is not None else None
+            seen = seen[kept] if seen is not None else None
+        if mask is not None:
+            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)  # (B_active, P + step + 1)
+        if seen is not None:
+            seen = torch.cat([seen, tokens[:, None]], dim=-1)
+        out = model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=positions[:, None],
+            past_key_values=cache,
+            use_cache=True,
+        )
+        cache = out.past_key_values
+        positions = positions + 1
+        logits = out.logits[:, -1, :]
+    return outputs
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The trainer's rollouts: GRPOTrainer._generate_single_turn through the loop above
 # --------------------------------------------------------------------------------------------------------------------
 
 _warned: set[str] = set()
@@ -401,117 +598,149 @@ def _warn_once(message: str) -> None:
         logger.warning(message)
 
 
-def generate_with_shared_prompt(
-    generate: Callable[..., Any],
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    generation_config: Any = None,
-    **kwargs: Any,
-) -> Any:
-    """`generate(input_ids=..., attention_mask=..., generation_config=..., **kwargs)`, with each distinct prompt
-    prefilled once.
+def _is_set(value: Any, off: Any) -> bool:
+    return value is not None and value is not False and value != off
 
-    The batch is GRPO's: left-padded prompts (B, P), each repeated G times. All but the last prompt column of the U
-    distinct prompts run through the backbone once (no LM head; position ids from the attention mask, as `generate`
-    makes them), the cache is repeated to the B rows, and `generate` continues from it: it runs only the last prompt
-    column for every row, then decodes as usual with the same logits processors and sampling, so the output is what
-    `generate` alone returns, (B, P + new tokens), at the cost of U instead of B prompt encodings.
 
-    Falls back to plain `generate` (logging why, once) when nothing is shared or the setup is unsupported: beam search,
-    several return sequences, a static/other cache implementation, a caller-supplied cache, or an `Unsupported` model.
+#: `GenerationConfig` settings `generate` honours that `Decoding` does not: (name, its "off" value). Any of them on
+#: in the resolved config sends the trainer to TRL's own path. Taken from transformers 5.17's
+#: `_get_logits_processor`, `_get_stopping_criteria` and `get_generation_mode`.
+UNSUPPORTED_GENERATION = (
+    ("num_beams", 1),
+    ("num_return_sequences", 1),
+    ("penalty_alpha", 0),
+    ("dola_layers", None),
+    ("constraints", None),
+    ("force_words_ids", None),
+    ("prompt_lookup_num_tokens", None),
+    ("assistant_early_exit", None),
+    ("use_mtp", False),
+    ("guidance_scale", 1),
+    ("sequence_bias", None),
+    ("no_repeat_ngram_size", 0),
+    ("bad_words_ids", None),
+    ("min_length", 0),
+    ("min_new_tokens", 0),
+    ("forced_bos_token_id", None),
+    ("forced_eos_token_id", None),
+    ("remove_invalid_values", False),
+    ("exponential_decay_length_penalty", None),
+    ("suppress_tokens", None),
+    ("begin_suppress_tokens", None),
+    ("top_h", None),
+    ("typical_p", 1.0),
+    ("epsilon_cutoff", 0.0),
+    ("eta_cutoff", 0.0),
+    ("watermarking_config", None),
+    ("max_time", None),
+    ("stop_strings", None),
+)
+
+
+def decoding_from_generation_config(model: nn.Module, generation_config: Any) -> Decoding:
+    """The `Decoding` that `model.generate(generation_config=generation_config)` samples with.
+
+    The config is first resolved as `generate` resolves it (`_prepare_generation_config`: unset values from the
+    model's own generation config, then transformers' defaults), so a setting the model's config carries counts too.
+    Raises `Unsupported`, naming the setting, for anything `Decoding` does not implement (`UNSUPPORTED_GENERATION`,
+    a static or other non-dynamic cache, no `max_new_tokens`).
     """
-    reason = None
-    if kwargs.get("past_key_values") is not None or kwargs.get("inputs_embeds") is not None:
-        reason = "the caller passed past_key_values/inputs_embeds"
-    elif input_ids.size(1) < 2:
-        reason = "prompts shorter than two tokens"
-    elif generation_config is not None and (
-        (getattr(generation_config, "num_beams", None) or 1) > 1
-        or (getattr(generation_config, "num_return_sequences", None) or 1) > 1
-        or getattr(generation_config, "cache_implementation", None) not in (None, "dynamic")
-        or getattr(generation_config, "use_cache", True) is False
-    ):
-        reason = "beam search, several return sequences or a non-dynamic cache in the generation config"
-    else:
-        try:
-            backbone, _ = _backbone_and_head(model, for_training=False)
-        except Unsupported as why:
-            reason = str(why)
-    if reason is not None:
-        _warn_once(f"shared-prompt generation off: {reason}; using plain generate")
-        return generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
-        )
-
-    first, inverse = group_prompts(input_ids, attention_mask)
-    if first.numel() == input_ids.size(0):  # every prompt distinct: nothing to share
-        return generate(
-            input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config, **kwargs
-        )
-
-    prefix_ids, prefix_mask = input_ids[first, :-1], attention_mask[first, :-1]  # (U, P-1)
-    with torch.no_grad():
-        cache, _ = prefill(backbone, prefix_ids, prefix_mask, position_ids=mask_positions(prefix_mask))
-    expand_cache(cache, inverse)  # (B, .., P-1, ..)
-    return generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        generation_config=generation_config,
-        past_key_values=cache,
-        **kwargs,
+    resolve = getattr(model, "_prepare_generation_config", None)
+    if resolve is None:
+        raise Unsupported(f"{type(model).__name__} has no _prepare_generation_config to resolve the generation config")
+    config, _ = resolve(generation_config)
+    on = [
+        f"{name}={getattr(config, name)!r}"
+        for name, off in UNSUPPORTED_GENERATION
+        if _is_set(getattr(config, name, None), off)
+    ]
+    if config.cache_implementation not in (None, "dynamic") or config.use_cache is False:
+        on.append(f"cache_implementation={config.cache_implementation!r}, use_cache={config.use_cache!r}")
+    if config.max_new_tokens is None:
+        on.append("max_new_tokens=None (a max_length instead)")
+    if on:
+        raise Unsupported(f"generation settings {', '.join(on)}")
+    eos = config.eos_token_id
+    eos = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+    return Decoding(
+        max_new_tokens=int(config.max_new_tokens),
+        eos_token_ids=tuple(int(e) for e in eos),
+        do_sample=bool(config.do_sample),
+        temperature=float(config.temperature if config.temperature is not None else 1.0),
+        top_k=int(config.top_k or 0),
+        top_p=float(config.top_p if config.top_p is not None else 1.0),
+        min_p=float(config.min_p or 0.0),
+        repetition_penalty=float(config.repetition_penalty if config.repetition_penalty is not None else 1.0),
     )
 
 
-@contextlib.contextmanager
-def shared_prompt_generation(model: nn.Module) -> Iterator[nn.Module]:
-    """Within the block, `model.generate(input_ids=..., attention_mask=..., ...)` prefills each distinct prompt once.
+def _trainer_off_reason(trainer: Any, images: Any, multimodal_fields: Any) -> str | None:
+    if not getattr(trainer.args, "shared_prompt_forward", False):
+        return "shared_prompt_forward is off"
+    if getattr(trainer, "use_vllm", False):
+        return "vLLM generates"
+    if getattr(trainer, "use_transformers_continuous_batching", False):
+        return "continuous batching generates"
+    if images is not None or multimodal_fields:
+        return "the prompts carry images or other multimodal inputs"
+    return None
 
-    Sets an instance attribute that shadows the class's `generate` and removes it on exit, so code that calls
-    `model.generate` (e.g. TRL's `_generate_single_turn`) uses `generate_with_shared_prompt` unchanged.
+
+def trainer_rollouts(
+    trainer: Any, prompt_ids: list[list[int]], images: Any = None, multimodal_fields: Any = None
+) -> tuple[list[list[int]], None] | None:
+    """What a GRPOTrainer's `_generate_single_turn(prompt_ids, ...)` returns, from `encode_prompts` + `decode_rows`.
+
+    All prompts of the call (each repeated G times by TRL's sampler) are prefilled once per distinct prompt and
+    decoded as one batch, with TRL's own generation config (resolved as `generate` resolves it), its EOS ids and
+    `max_completion_length`, its pad id for the padding, the same model, unwrap and no-grad context, and torch's
+    global generator (the trainer's seed). Returns `(completion_ids, None)`: each row's tokens up to and including its
+    first EOS, no logprobs, as TRL's regular path does. Returns None, logging why once, where TRL's path must run:
+    `shared_prompt_forward` off, vLLM, continuous batching, images, an unsupported model (`Unsupported`) or an
+    unsupported generation setting.
+
+    Greedy decoding gives `generate`'s tokens; sampling draws from the same distribution (`process_logits` is
+    `generate`'s processors) but with other random numbers (`sample_from_probs`, not `torch.multinomial`), so a seed
+    gives other rollouts than stock TRL's (tests/test_prefix.py checks both).
     """
-    original = model.generate
-    had_instance_attr = "generate" in vars(model)
+    reason = _trainer_off_reason(trainer, images, multimodal_fields)
+    if reason is None:
+        from trl.extras.profiling import profiling_context
+        from trl.models import unwrap_model_for_generation
 
-    def generate(*args: Any, **kwargs: Any) -> Any:
-        if args or "input_ids" not in kwargs or kwargs.get("attention_mask") is None:
-            return original(*args, **kwargs)
-        input_ids, attention_mask = kwargs.pop("input_ids"), kwargs.pop("attention_mask")
-        generation_config = kwargs.pop("generation_config", None)
-        return generate_with_shared_prompt(original, model, input_ids, attention_mask, generation_config, **kwargs)
+        with (
+            profiling_context(trainer, "gapo.decode_rows"),
+            unwrap_model_for_generation(
+                trainer.model_wrapped,
+                trainer.accelerator,
+                gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+                generation_kwargs=trainer.generation_kwargs,
+            ) as model,
+            torch.no_grad(),
+            trainer._dist.summon_full_params(trainer.model_wrapped, recurse=False),
+        ):
+            try:
+                _backbone_and_head(model, for_training=False)
+                decoding = decoding_from_generation_config(model, trainer.generation_config)
+            except Unsupported as why:
+                reason = str(why)
+            else:
+                first, inverse = _distinct(prompt_ids)
+                device = trainer.accelerator.device
+                encoded = encode_prompts(model, [prompt_ids[i] for i in first], trainer._tokenizer.pad_token_id, device)
+                return decode_rows(model, encoded, inverse, decoding), None
+    _warn_once(f"shared-prompt generation off: {reason}; using TRL's generate")
+    return None
 
-    model.generate = generate  # type: ignore[method-assign]
-    try:
-        yield model
-    finally:
-        if had_instance_attr:
-            model.generate = original  # type: ignore[method-assign]
-        else:
-            del model.generate
 
-
-def trainer_generation(
-    trainer: Any, images: Any = None, multimodal_fields: Any = None
-) -> contextlib.AbstractContextManager:
-    """The context for a GRPOTrainer's `_generate_single_turn`: shared-prompt generation on TRL's regular
-    `model.generate` path, or a no-op where TRL generates otherwise (vLLM, continuous batching, images) or the
-    trainer's `args.shared_prompt_forward` is off. Use as::
-
-        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-            with prefix.trainer_generation(self, images, multimodal_fields):
-                return super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-                )
-
-    TRL's code inside is unchanged: it pads, unwraps the model (the same object patched here), samples with its own
-    generation config and cuts completions at EOS; only the prompt prefill is shared.
-    """
-    if (
-        not getattr(trainer.args, "shared_prompt_forward", False)
-        or getattr(trainer, "use_vllm", False)
-        or getattr(trainer, "use_transformers_continuous_batching", False)
-        or images is not None
-        or multimodal_fields
-    ):
-        return contextlib.nullcontext()
-    return shared_prompt_generation(trainer.accelerator.unwrap_model(trainer.model_wrapped))
+def _distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
+    """`group_prompts` for token lists: the first row of each distinct prompt, and each row's index among them."""
+    seen: dict[tuple[int, ...], int] = {}
+    first, inverse = [], []
+    for row, prompt in enumerate(prompts):
+        key = tuple(prompt)
+        if key not in seen:
+            seen[key] = len(first)
+            first.append(row)
+        inverse.append(seen[key])
+    return first, inverse

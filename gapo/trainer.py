@@ -10,7 +10,8 @@ TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump
   (huggingface/trl#3896). Here prompts, completions and columns are gathered, each group reward runs on whole groups
   on the main process, with the keyword arguments TRL gives per-completion rewards, and is broadcast; TRL's own path
   still runs the per-completion rewards.
-- `_generate_single_turn` (CPU speed only): each distinct prompt is prefilled once per group (gapo.prefix).
+- `_generate_single_turn` (CPU speed only): the step's prompts are prefilled once each and decoded as one batch that
+  drops finished rows (gapo.prefix.trainer_rollouts, the evaluation sampler's loop); it also counts `rollouts`.
 - `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once, in
   TRL's `batch_size` row chunks.
 The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported), and hand
@@ -47,7 +48,7 @@ import torch
 from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
-from gapo import defaults
+from gapo import defaults, prefix
 from gapo.backends import BACKENDS, reload_colocated_weights, unsloth_compiled
 from gapo.rewards import is_group_reward, validate_group_rewards
 
@@ -215,8 +216,8 @@ class GAPOTrainer(GRPOTrainer):
 
     Takes TRL's arguments: `model, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config, ...`.
     Logged per step, besides TRL's metrics: `rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` over the
-    weighted sum of all rewards, and whatever the rewards log through `log_metric` (the list rewards:
-    `diversity/valid_fraction`, `diversity/group_jsd`).
+    weighted sum of all rewards, `rollouts` (completions generated in the step, all processes), and whatever the
+    rewards log through `log_metric` (the list rewards: `diversity/valid_fraction`, `diversity/group_jsd`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -226,7 +227,7 @@ class GAPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         self._shared_prompt_note: str | None = None
         if self._under_unsloth:
-            self.args.shared_prompt_forward = False  # generation too (gapo.prefix.trainer_generation reads it)
+            self.args.shared_prompt_forward = False  # generation too (gapo.prefix.trainer_rollouts reads it)
         if self.use_vllm:
             reload_colocated_weights(self.vllm_generation)  # TRL's colocated sync on vLLM's CPU build
         if self.args.static_cache_generation and not self.use_vllm:
@@ -320,21 +321,22 @@ class GAPOTrainer(GRPOTrainer):
         zero_std = torch.isclose(grouped.std(dim=1), torch.zeros(1, device=grouped.device))
         metrics["train/frac_zero_std_groups"].append(zero_std.float().mean().item())
 
-    # -- shared-prompt generation --------------------------------------------------------------------------------
+    # -- rollouts ------------------------------------------------------------------------------------------------
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
-        """TRL's generation, with each distinct prompt prefilled once (gapo.prefix.trainer_generation).
+        """TRL's generation through gapo's decoding loop (gapo.prefix.trainer_rollouts), and the `rollouts` metric.
 
-        The G copies of a prompt otherwise run the whole prompt through the model G times before the first token; the
-        prefill is shared and TRL's own sampling, EOS cut and padding run unchanged. A no-op with vLLM, continuous
-        batching, images, or `shared_prompt_forward=False`.
+        Every prompt of the call is prefilled once and all rows are decoded as one batch, finished rows dropped: the
+        evaluation sampler's loop, with TRL's generation config. TRL's own method runs where that does not apply
+        (vLLM, continuous batching, images, `shared_prompt_forward=False`, an unsupported model or setting).
+        `rollouts` counts the completions generated since the last log (all processes; one step at logging_steps=1).
         """
-        from gapo import prefix
-
-        with prefix.trainer_generation(self, images, multimodal_fields):
-            return super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
+        out = prefix.trainer_rollouts(self, prompt_ids, images, multimodal_fields)
+        if out is None:
+            out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        counter = self._metrics["train" if self.model.training else "eval"]["rollouts"]  # TRL clears it at each log
+        counter[:] = [(counter[0] if counter else 0) + len(out[0]) * self.accelerator.num_processes]
+        return out
 
     # -- shared-prompt log-prob pass -----------------------------------------------------------------------------
 
@@ -368,8 +370,6 @@ class GAPOTrainer(GRPOTrainer):
         """gapo.prefix's log-prob pass in TRL's signature, or None where it does not apply (TRL's path then runs)."""
         if compute_aux_loss or any(v is not None for v in kwargs.values()):  # multimodal inputs
             return None
-        from gapo import prefix
-
         try:
             logps, entropies = prefix.shared_prompt_logps(
                 model,

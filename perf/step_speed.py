@@ -3,8 +3,9 @@
 How it measures
 - Two trainers are built on two fresh copies of the same model, with the same LoRA config, data (gapo.tasks.lists list
   prompts), reward (gapo.rewards.frequency_reward; one group per step, so TRL's per-batch call sees exactly one group),
-  seed and GRPO settings. GAPOTrainer differs only by `shared_prompt_forward=True` (each group's prompt encoded once,
-  in the log-prob pass and in generation's prefill).
+  seed and GRPO settings. GAPOTrainer differs only by `shared_prompt_forward=True`: each group's prompt encoded once
+  in the log-prob pass, and rollouts from gapo's decoding loop (`gapo.prefix.trainer_rollouts`: one prefill per
+  prompt, all rows decoded together, finished rows dropped) instead of `model.generate`.
 - Each runs its own `trainer.train()` in a thread, and a baton hands the machine from one to the other at every
   optimizer step, so their steps alternate (stock, GAPO, stock, ...) and only one runs at a time: drift in the
   machine's speed (other jobs, thermal) hits both alike. The torch/python RNGs are reseeded with `seed + step` before
@@ -434,11 +435,19 @@ def run_trainers(args: Args, g: int, names: list[str], max_steps: int) -> dict[s
             name, err = next(iter(errors.items()))
             raise RuntimeError(f"the {name} trainer failed: {err!r}") from err
         note = getattr(trainers.get("gapo"), "_shared_prompt_note", None)
+        from gapo import prefix
+
+        generation_note = "; ".join(m for m in sorted(prefix._warned) if "generation off" in m) or None
         base = trainers[names[0]].model
         params = sum(p.numel() for n, p in base.named_parameters() if "embed_tokens" not in n and "lora_" not in n)
         records = {n: trainers[n].callback_handler.callbacks[-1].records for n in names}
         trainers.clear()  # free both models before the next G
-    return {"records": records, "shared_prompt_fallback": note, "model_params": params}
+    return {
+        "records": records,
+        "shared_prompt_fallback": note,
+        "generation_fallback": generation_note,
+        "model_params": params,
+    }
 
 
 def run_pair(args: Args, g: int) -> dict[str, Any]:
@@ -530,10 +539,15 @@ def print_pair(g: int, result: dict[str, Any]) -> float:
         f"  speedup: whole step {step_ratio:.2f}x, log-prob fwd+bwd {logp_ratio:.2f}x, "
         f"generation+scoring {gen_ratio:.2f}x"
     )
+    per_min = {n: 60 * g / med[n]["step_s"] for n in med}
+    print(f"  rollouts per minute: TRL {per_min['trl']:.0f}, GAPO {per_min['gapo']:.0f} ({g} a step)")
     if result["shared_prompt_fallback"]:
         print(f"  NOTE: GAPOTrainer fell back to TRL's log-prob path: {result['shared_prompt_fallback']}")
+    if result["generation_fallback"]:
+        print(f"  NOTE: GAPOTrainer fell back to TRL's generation: {result['generation_fallback']}")
     result["medians"] = med
     result["speedup"] = {"step": step_ratio, "logp": logp_ratio, "generate_score": gen_ratio}
+    result["rollouts_per_min"] = per_min
     return step_ratio
 
 

@@ -216,32 +216,152 @@ def test_unsupported_configurations(tokenizer) -> None:  # noqa: ANN001
         prefix.shared_prompt_logps(torch.nn.Linear(2, 2), input_ids, attention_mask, c)
 
 
-def test_generate_with_shared_prompt_matches_generate(tokenizer) -> None:  # noqa: ANN001
-    """Greedy decoding from the shared prefill gives generate's tokens and (to rounding) its scores."""
-    from transformers import GenerationConfig
+# --------------------------------------------------------------------------------------------------------------------
+# The trainer's rollouts (gapo.prefix.trainer_rollouts) against TRL's own `_generate_single_turn`
 
-    prefix._warned.clear()  # fallback notes are once per process: forget those of earlier tests
-    model = make_policy(tokenizer)
-    model.eval()
-    input_ids, attention_mask, c = mixed_batch(seed=7)
-    prompt_ids, prompt_mask = input_ids[:, :-c], attention_mask[:, :-c]
-    config = GenerationConfig(
-        max_new_tokens=5,
-        do_sample=False,
-        pad_token_id=PAD,
-        eos_token_id=tokenizer.eos_token_id,
-        return_dict_in_generate=True,
-        output_scores=True,
+
+def varied_trainer(tmp_path, tied: bool = False, scale: float = 0.5, **overrides):  # noqa: ANN001, ANN003, ANN201
+    """A GAPOTrainer on `varied_random_model(tokenizer, tied, scale)` (tests/test_sampling.py), fresh LoRA, no
+    dropout."""
+    from gapo.backends import lora_config
+    from gapo.models import load_tokenizer
+    from gapo.tasks.lists import make_list_selection_dataset
+    from gapo.trainer import GAPOConfig, GAPOTrainer
+    from tests.test_sampling import varied_random_model
+
+    tokenizer = load_tokenizer("tiny-random")
+    model = varied_random_model(tokenizer, tied, scale)
+    model.train()  # as GRPOTrainer trains it
+    args = GAPOConfig(
+        output_dir=str(tmp_path / "varied"),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_steps=1,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        save_strategy="no",
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        lora_target_modules=["q_proj", "v_proj"],
+        shared_prompt_forward=True,
+        **overrides,
     )
-    with torch.no_grad():
-        plain = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
-        with prefix.shared_prompt_generation(model) as patched:
-            shared = patched.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
-    assert "generate" not in vars(model)  # the patch is undone
-    assert not any("generation off" in m for m in prefix._warned)  # it did not fall back to plain generate
-    assert torch.equal(shared.sequences, plain.sequences)
-    for a, b in zip(shared.scores, plain.scores, strict=True):
-        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+    return GAPOTrainer(
+        model=model,
+        reward_funcs=[_length_reward],
+        args=args,
+        train_dataset=make_list_selection_dataset(4, seed=0),
+        processing_class=tokenizer,
+        peft_config=lora_config(args),
+    )
+
+
+def prompt_rows(order: str, seed: int = 0) -> list[list[int]]:
+    """Token-id prompts A (5 tokens), B (9), C (7), one row per letter of `order`: what TRL hands
+    `_generate_single_turn` (left-padded there to the longest)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = {k: torch.randint(0, 150000, (n,), generator=g).tolist() for k, n in [("A", 5), ("B", 9), ("C", 7)]}
+    return [prompts[k] for k in order]
+
+
+def stock_rollouts(trainer, rows: list[list[int]]) -> list[list[int]]:  # noqa: ANN001
+    """TRL's own `_generate_single_turn` on the same trainer (its `generate` path), completion ids only."""
+    from trl import GRPOTrainer
+
+    ids, logprobs = GRPOTrainer._generate_single_turn(trainer, rows, None, {}, trainer.num_generations)
+    assert logprobs is None
+    return ids
+
+
+def test_trainer_rollouts_are_trls_greedy_tokens(tmp_path) -> None:  # noqa: ANN001
+    """Greedy (do_sample=False through TRL's generation_kwargs) with a repetition penalty, prompts of three lengths
+    interleaved and two extra EOS ids that end rows at different steps: the same completions as TRL's `generate`
+    path, EOS kept and nothing after it, finished rows dropped on the way, and `rollouts` counted."""
+    prefix._warned.clear()
+    trainer = varied_trainer(
+        tmp_path, max_completion_length=8, generation_kwargs={"do_sample": False, "repetition_penalty": 1.3}
+    )
+    rows = prompt_rows("ABACBACB")
+    first = stock_rollouts(trainer, rows)
+    eos = [first[0][2], first[1][5]]  # A stops after 3 tokens, B after 6, C runs to the cap of 8
+    trainer.eos_token_ids = [*trainer.eos_token_ids, *eos]  # TRL's cut after the first EOS
+    trainer.generation_config.eos_token_id = trainer.eos_token_ids  # generate's (and ours) stop
+
+    batch_sizes = []
+    real_select = prefix.next_tokens
+
+    def spy(logits, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        batch_sizes.append(logits.shape[0])
+        return real_select(logits, *args, **kwargs)
+
+    prefix.next_tokens = spy
+    try:
+        ours, logprobs = trainer._generate_single_turn(rows, None, {}, 4)
+    finally:
+        prefix.next_tokens = real_select
+    stock = stock_rollouts(trainer, rows)
+    assert logprobs is None and not any("generation off" in m for m in prefix._warned)
+    assert ours == stock
+    assert [len(c) for c in ours] == [3, 6, 3, 8, 6, 3, 8, 6] and ours[0][-1] == eos[0] and ours[1][-1] == eos[1]
+    assert batch_sizes == [8, 8, 8, 5, 5, 5, 2, 2]  # A's 3 rows leave after step 3, B's 3 after step 6
+    assert trainer._metrics["train"]["rollouts"] == [8]
+    trainer._generate_single_turn(rows[:4], None, {}, 4)
+    assert trainer._metrics["train"]["rollouts"] == [12]  # summed until TRL's log clears it
+
+
+def test_trainer_rollouts_sample_trls_distribution(tmp_path) -> None:  # noqa: ANN001
+    """Sampling with every supported setting on (temperature, top-k, top-p, min-p, repetition penalty): the first two
+    tokens of 400 rollouts per prompt from our loop and from TRL's `generate` path, a chi-square test of one
+    distribution per prompt (p > 0.001). It fails when top-k, the temperature or the repetition penalty is left out of
+    our loop (checked by hand: the temperature and penalty each move about a quarter of the probability here)."""
+    from scipy.stats import chi2_contingency
+
+    trainer = varied_trainer(
+        tmp_path,
+        tied=True,
+        scale=0.3,
+        max_completion_length=2,
+        temperature=0.3,
+        top_k=5,
+        top_p=0.95,
+        min_p=0.02,
+        repetition_penalty=1.5,
+    )
+    rows = prompt_rows("AB" * 400)
+    torch.manual_seed(0)
+    ours, _ = trainer._generate_single_turn(rows, None, {}, 4)
+    torch.manual_seed(1)
+    stock = stock_rollouts(trainer, rows)
+    for start in (0, 1):  # prompt A's rows, then B's
+        pairs = {"ours": [tuple(c) for c in ours[start::2]], "stock": [tuple(c) for c in stock[start::2]]}
+        categories = sorted(set(pairs["ours"]) | set(pairs["stock"]))
+        assert 3 <= len(categories) <= 25  # top-k 5 at two steps, less after top-p/min-p; more than one outcome
+        table = [[p.count(c) for c in categories] for p in pairs.values()]
+        common = [i for i in range(len(categories)) if table[0][i] + table[1][i] >= 10]  # chi-square needs counts
+        rest = [sum(row) - sum(row[i] for i in common) for row in table]
+        table = [[row[i] for i in common] + [r] for row, r in zip(table, rest, strict=True)]
+        assert chi2_contingency(table).pvalue > 1e-3, table
+
+
+def test_unsupported_generation_setting_falls_back_to_trls_path(tmp_path) -> None:  # noqa: ANN001
+    """A setting our loop does not implement (no_repeat_ngram_size) is found in the resolved generation config: one
+    log line naming it, and TRL's own generation runs (the same greedy tokens as calling it directly)."""
+    prefix._warned.clear()
+    trainer = varied_trainer(
+        tmp_path, max_completion_length=4, generation_kwargs={"do_sample": False, "no_repeat_ngram_size": 2}
+    )
+    rows = prompt_rows("AABB")
+    assert prefix.trainer_rollouts(trainer, rows) is None
+    assert any("no_repeat_ngram_size=2" in m and "generation off" in m for m in prefix._warned)
+    ours, _ = trainer._generate_single_turn(rows, None, {}, 2)
+    assert ours == stock_rollouts(trainer, rows) and trainer._metrics["train"]["rollouts"] == [4]
+    trainer.args.shared_prompt_forward = False
+    prefix._warned.clear()
+    assert prefix.trainer_rollouts(trainer, rows) is None
+    assert any("shared_prompt_forward is off" in m for m in prefix._warned)
 
 
 def _length_reward(completions, **kwargs):  # noqa: ANN001, ANN003, ANN202
@@ -249,9 +369,9 @@ def _length_reward(completions, **kwargs):  # noqa: ANN001, ANN003, ANN202
     return [float(len(c[-1]["content"] if isinstance(c, list) else c) % 7) for c in completions]
 
 
-def test_trainer_step_matches_stock_trl(tmp_path, monkeypatch) -> None:  # noqa: ANN001
-    """One GAPOTrainer step (shared-prompt log-probs and generation) against TRL's GRPOTrainer on tiny-random: same
-    completions, same loss, same gradient norm."""
+def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
+    """One GAPOTrainer step (its rollouts and shared-prompt log-probs) against TRL's GRPOTrainer on tiny-random fed
+    the same completions: same loss, same gradient norm; and `rollouts` logged (G=4 completions)."""
     from transformers.trainer_utils import set_seed
     from trl import GRPOConfig, GRPOTrainer
 
@@ -288,18 +408,10 @@ def test_trainer_step_matches_stock_trl(tmp_path, monkeypatch) -> None:  # noqa:
         lora_target_modules=["q_proj", "v_proj"],
         shared_prompt_forward=True,
     )
-    shared_calls = []
-    real_shared = prefix.generate_with_shared_prompt
-
-    def counting(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        shared_calls.append(1)
-        return real_shared(*args, **kwargs)
-
-    monkeypatch.setattr(prefix, "generate_with_shared_prompt", counting)
-    results = {}
+    results, generated = {}, {}
     for name, cls, args in (
-        ("trl", GRPOTrainer, GRPOConfig(output_dir=str(tmp_path / "t"), **common)),
         ("gapo", GAPOTrainer, gapo_args),
+        ("trl", GRPOTrainer, GRPOConfig(output_dir=str(tmp_path / "t"), **common)),
     ):
         set_seed(0)
         model = tiny_random_model(tokenizer, SPEC)
@@ -311,24 +423,30 @@ def test_trainer_step_matches_stock_trl(tmp_path, monkeypatch) -> None:  # noqa:
             processing_class=tokenizer,
             peft_config=lora_config(gapo_args),
         )
-        seen = []
-        original = trainer._generate_and_score_completions
+        if name == "gapo":
+            real = trainer._generate_single_turn
 
-        def spy(inputs, original=original, seen=seen):  # noqa: ANN001, ANN202
-            out = original(inputs)
-            seen.append(out["completion_ids"].clone())
-            return out
+            def record(prompt_ids, *args, real=real):  # noqa: ANN001, ANN002, ANN202
+                generated["prompts"] = prompt_ids
+                generated["completions"], _ = real(prompt_ids, *args)
+                return generated["completions"], None
 
-        trainer._generate_and_score_completions = spy
+            trainer._generate_single_turn = record
+        else:
+
+            def replay(prompt_ids, *args):  # noqa: ANN001, ANN002, ANN202
+                assert prompt_ids == generated["prompts"]
+                return generated["completions"], None
+
+            trainer._generate_single_turn = replay
         trainer.train()
-        results[name] = (trainer.state.log_history[0], seen[0])
+        results[name] = trainer.state.log_history[0]
         if name == "gapo":
             assert getattr(trainer, "_shared_prompt_note", None) is None  # the shared log-prob path ran
-            assert shared_calls and not any("generation off" in m for m in prefix._warned)  # and shared generation
-        else:
-            assert not shared_calls  # stock TRL never goes through it
-    (trl_log, trl_ids), (gapo_log, gapo_ids) = results["trl"], results["gapo"]
-    assert torch.equal(gapo_ids, trl_ids)  # same seed, same sampling: the shared prefill changes nothing
+            assert not any("generation off" in m for m in prefix._warned)  # and our rollouts
+    trl_log, gapo_log = results["trl"], results["gapo"]
+    assert len({tuple(c) for c in generated["completions"]}) > 1  # a group with spread, so the gradient is not zero
+    assert gapo_log["rollouts"] == 4 and "rollouts" not in trl_log
     assert trl_log["grad_norm"] > 0
     assert abs(gapo_log["loss"] - trl_log["loss"]) <= 1e-4 * max(abs(trl_log["loss"]), 1e-3)
     assert abs(gapo_log["grad_norm"] - trl_log["grad_norm"]) <= 1e-4 * trl_log["grad_norm"]

@@ -55,10 +55,10 @@ def _hf_greedy(model, tokenizer, prompt, max_new_tokens):  # noqa: ANN001, ANN20
     return prefix + tokenizer.decode(tokens, skip_special_tokens=True)
 
 
-@pytest.fixture()
-def varied_model(tokenizer):  # noqa: ANN001, ANN201
-    """A random Qwen2 with untied, large-scale weights: its greedy outputs differ per prompt (tiny-random's repeat
-    one token), which the exactness tests need."""
+def varied_random_model(tokenizer, tied: bool = False, scale: float = 0.5):  # noqa: ANN001, ANN201
+    """A random 2-layer Qwen2 with large-scale weights (initializer range `scale`). Untied at 0.5 its greedy outputs
+    differ per prompt and have no near-ties, which exactness tests need (tiny-random repeats one token); tied at 0.3
+    its top tokens are about one logit apart and it tends to repeat (tests/test_prefix.py's distribution test)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
     config = Qwen2Config(
@@ -68,8 +68,8 @@ def varied_model(tokenizer):  # noqa: ANN001, ANN201
         num_hidden_layers=2,
         num_attention_heads=2,
         num_key_value_heads=1,
-        tie_word_embeddings=False,
-        initializer_range=0.5,
+        tie_word_embeddings=tied,
+        initializer_range=scale,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
@@ -78,7 +78,13 @@ def varied_model(tokenizer):  # noqa: ANN001, ANN201
         model = AutoModelForCausalLM.from_config(config).eval()
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model, tokenizer
+    return model
+
+
+@pytest.fixture()
+def varied_model(tokenizer):  # noqa: ANN001, ANN201
+    """`varied_random_model` (untied, scale 0.5) and its tokenizer."""
+    return varied_random_model(tokenizer), tokenizer
 
 
 # --- the transformers backend ---------------------------------------------------------------------------------------
@@ -149,25 +155,26 @@ def test_greedy_with_many_samples_warns_once_and_repeats(tiny_model_and_tokenize
 
 
 def test_prompts_are_encoded_once_per_group_by_the_shared_prefill(tiny_model_and_tokenizer, monkeypatch):  # noqa: ANN001
-    """The sampler's prompt forward is `gapo.prefix.prefill` (the trainer's too), run once per group of prompts, never
-    once per sample; each chunk expands the group cache with `gapo.prefix.expand_cache`."""
+    """The sampler's prompt forward is `gapo.prefix.prefill` (through `encode_prompts`, the trainer's too), run once
+    per group of prompts, never once per sample; each chunk expands the group cache with `gapo.prefix.expand_cache`."""
     from gapo import prefix
-    from gapo.sampling import transformers_backend
 
     model, tok = tiny_model_and_tokenizer
     prefilled: list[int] = []
     expanded: list[int] = []
 
+    real_prefill, real_expand = prefix.prefill, prefix.expand_cache
+
     def counting_prefill(module, input_ids, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         prefilled.append(input_ids.shape[0])
-        return prefix.prefill(module, input_ids, *args, **kwargs)
+        return real_prefill(module, input_ids, *args, **kwargs)
 
     def counting_expand(cache, rows, copy=False):  # noqa: ANN001, ANN202
         expanded.append(len(rows))
-        return prefix.expand_cache(cache, rows, copy=copy)
+        return real_expand(cache, rows, copy=copy)
 
-    monkeypatch.setattr(transformers_backend, "prefill", counting_prefill)
-    monkeypatch.setattr(transformers_backend, "expand_cache", counting_expand)
+    monkeypatch.setattr(prefix, "prefill", counting_prefill)
+    monkeypatch.setattr(prefix, "expand_cache", counting_expand)
     sample_completions(model, tok, PROMPTS, 4, max_new_tokens=2, batch_size=64)
     assert prefilled == [3] and expanded == [12]  # one forward over the 3 prompts, one chunk of 12 samples
     prefilled.clear()
@@ -246,6 +253,46 @@ def test_filter_logits_properties(values, top_p, min_p):  # noqa: ANN001
     assert probs[top_only].sum() >= min(top_p, 1.0) - 1e-5 or top_only.all()  # enough mass kept
     min_only = torch.isfinite(filter_logits(logits, min_p=min_p))[0]
     assert torch.equal(min_only, probs >= min_p * probs.max())
+
+
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p", "min_p", "penalty"),
+    [(1.0, 0, 1.0, 0.0, 1.0), (0.7, 10, 0.9, 0.05, 1.3), (1.3, 3, 1.0, 0.0, 0.8), (0.5, 0, 0.5, 0.2, 1.0)],
+)
+def test_process_logits_is_generates_processors(temperature, top_k, top_p, min_p, penalty):  # noqa: ANN001
+    """The decoding loop's token filter against transformers' own processors, in `generate`'s order (repetition
+    penalty, temperature, top-k, top-p, min-p): the same tokens kept and the same sampling probabilities; greedy
+    is the argmax of the penalised logits."""
+    import dataclasses
+
+    from transformers import (
+        LogitsProcessorList,
+        MinPLogitsWarper,
+        RepetitionPenaltyLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    from gapo.prefix import Decoding, process_logits
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(6, 50, generator=g) * 3  # (B, V), no ties
+    seen = torch.randint(0, 50, (6, 12), generator=g)  # prompt + generated ids per row
+    processors = [RepetitionPenaltyLogitsProcessor(penalty)] if penalty != 1.0 else []
+    warpers = [TemperatureLogitsWarper(temperature)] if temperature != 1.0 else []
+    warpers += [TopKLogitsWarper(top_k)] if top_k else []
+    warpers += [TopPLogitsWarper(top_p)] if top_p < 1.0 else []
+    warpers += [MinPLogitsWarper(min_p)] if min_p else []
+    decoding = Decoding(
+        4, (0,), temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p, repetition_penalty=penalty
+    )
+    ref = LogitsProcessorList(processors + warpers)(seen, logits.clone())
+    ours = process_logits(logits, decoding, seen)
+    assert torch.equal(torch.isfinite(ours), torch.isfinite(ref))
+    torch.testing.assert_close(ours.softmax(-1), ref.softmax(-1), rtol=1e-5, atol=1e-6)
+    greedy = process_logits(logits, dataclasses.replace(decoding, do_sample=False), seen)
+    assert torch.equal(greedy.argmax(-1), LogitsProcessorList(processors)(seen, logits.clone()).argmax(-1))
 
 
 def test_sample_from_probs_matches_the_distribution():

@@ -6,11 +6,11 @@ batch size 1; on two CPU cores that is ~10x slower per token than a batch of 100
 
 1. encodes each distinct prompt once (prompts of a group are left-padded into one forward pass),
 2. copies the prompt's KV cache to the rows that continue it, and
-3. runs its own decoding loop over the expanded cache (temperature, top-p, min-p, EOS), dropping rows as soon
+3. decodes all rows together over the expanded cache (temperature, top-p, min-p, EOS), dropping rows as soon
    as they emit EOS so the batch shrinks instead of decoding padding.
 
-Steps 1 and 2 are `gapo.prefix.prefill` and `gapo.prefix.expand_cache`, the prefill the trainer's shared-prompt
-generation and log-probs run too (its docstring says how the three uses differ); step 3 is this module's own.
+The three steps are `gapo.prefix.encode_prompts` and `gapo.prefix.decode_rows`, the same loop GAPOTrainer samples
+its rollouts with (`gapo.prefix.trainer_rollouts`); this module adds chat rendering, chunking and seeding.
 
 Batch layout for one prompt p with n = 6 samples and batch_size = 4 (two chunks, one prompt encoding)::
 
@@ -29,7 +29,6 @@ prompts, n, seed and batch_size give the same samples. Changing batch_size chang
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,60 +36,22 @@ import numpy as np
 import torch
 
 from gapo.chat import ChatPrompt, render_prompt
-from gapo.prefix import expand_cache, mask_positions, prefill
+from gapo.prefix import Decoding, decode_rows, encode_prompts, filter_logits, next_tokens, sample_from_probs
 from gapo.sampling.params import SamplingParams, _check_request, _warn_greedy
 
+__all__ = [
+    "TransformersBackend",
+    "filter_logits",
+    "next_tokens",
+    "plan_chunks",
+    "sample_completions",
+    "sample_from_probs",
+]
+
+
 # --------------------------------------------------------------------------------------------------------------------
-# Token selection (pure functions on logits)
+# Seeds and chunks
 # --------------------------------------------------------------------------------------------------------------------
-
-
-def filter_logits(logits: torch.Tensor, top_p: float = 1.0, min_p: float = 0.0) -> torch.Tensor:
-    """Mask (to -inf) the tokens that top-p and then min-p remove; the most likely token always survives.
-
-    Args:
-        logits: (B, V) temperature-scaled logits.
-        top_p: keep the smallest set of most likely tokens whose probability reaches `top_p`.
-        min_p: then keep tokens with ``p >= min_p * max(p)`` (Nguyen et al. 2025).
-
-    Example: probabilities (0.5, 0.3, 0.15, 0.05) with top_p=0.8 keep the first two; with min_p=0.2 instead
-    the threshold is 0.1, keeping the first three.
-    """
-    out = logits
-    if top_p < 1.0:
-        sorted_logits, order = torch.sort(out, dim=-1, descending=True)  # (B, V)
-        sorted_probs = sorted_logits.softmax(dim=-1)
-        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # probability of strictly more likely tokens
-        drop_sorted = mass_before >= top_p  # the first token has mass_before 0 < top_p: always kept
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        out = out.masked_fill(drop, float("-inf"))
-    if min_p > 0.0:
-        probs = out.softmax(dim=-1)
-        threshold = min_p * probs.max(dim=-1, keepdim=True).values  # (B, 1)
-        out = out.masked_fill(probs < threshold, float("-inf"))
-    return out
-
-
-def next_tokens(
-    logits: torch.Tensor, temperature: float, top_p: float, min_p: float, generator: torch.Generator | None
-) -> torch.Tensor:
-    """One sampled (or greedy when temperature is 0) token per row: (B, V) logits -> (B,) token ids."""
-    if temperature == 0:
-        return logits.argmax(dim=-1)
-    scaled = filter_logits(logits.float() / temperature, top_p=top_p, min_p=min_p)
-    return sample_from_probs(scaled.softmax(dim=-1), generator)
-
-
-def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Inverse-CDF sampling, one uniform per row: (B, V) probabilities -> (B,) token ids.
-
-    Why not `torch.multinomial`: on CPU it is ~8x slower over a 152k vocabulary (0.8 s vs 0.1 s for 100 rows), which
-    is a third of a decoding step of the 0.5B model. Zero-probability tokens are never drawn: with
-    ``searchsorted(right=True)`` token i needs ``cdf[i-1] <= u < cdf[i]``, an empty interval when p_i = 0.
-    """
-    cdf = probs.cumsum(dim=-1)  # (B, V)
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
 def _chunk_seed(seed: int, chunk: int) -> int:
@@ -150,74 +111,6 @@ def plan_chunks(num_prompts: int, n: int, batch_size: int) -> list[tuple[list[in
     return plan
 
 
-def _encode_group(
-    model: Any, tokenizer: Any, texts: list[str], device: torch.device
-) -> tuple[Any, torch.Tensor | None, torch.Tensor, torch.Tensor]:
-    """One forward over the group's prompts (left-padded). Returns (cache, mask or None, last logits, lengths)."""
-    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
-    if any(len(x) == 0 for x in ids):
-        raise ValueError("a prompt rendered to zero tokens")
-    width = max(len(x) for x in ids)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=device)  # (G, P)
-    lengths = torch.tensor([len(x) for x in ids], device=device)  # (G,)
-    padded = bool((lengths < width).any())
-    mask = (torch.arange(width, device=device)[None, :] >= (width - lengths)[:, None]).long() if padded else None
-    position_ids = mask_positions(mask) if mask is not None else None
-    cache, out = prefill(model, input_ids, mask, position_ids, logits_to_keep=1)  # cache (G, P)
-    return cache, mask, out.logits[:, -1, :].float(), lengths
-
-
-def _decode_chunk(
-    model: Any,
-    group_cache: Any,
-    group_mask: torch.Tensor | None,
-    group_logits: torch.Tensor,
-    group_lengths: torch.Tensor,
-    rows: Sequence[int],
-    params: SamplingParams,
-    eos_ids: list[int],
-    generator: torch.Generator | None,
-) -> list[list[int]]:
-    """Decode one chunk over a copy of the group cache expanded to its rows; returns token ids (EOS excluded)."""
-    device = group_logits.device
-    index = torch.tensor(rows, device=device)
-    cache = expand_cache(group_cache, index, copy=True)  # (B, heads, P, d) per layer: the prompt, once per sample
-    mask = group_mask[index] if group_mask is not None else None  # (B, P) or None
-    positions = group_lengths[index].clone()  # next position id per row
-    logits = group_logits[index]  # (B, V)
-    eos = torch.tensor(eos_ids, device=device)
-    active = torch.arange(len(rows), device=device)  # which original rows are still decoding
-    outputs: list[list[int]] = [[] for _ in rows]
-    for step in range(params.max_new_tokens):
-        tokens = next_tokens(logits, params.temperature, params.top_p, params.min_p, generator)  # (B_active,)
-        done = torch.isin(tokens, eos)
-        for row, token, finished in zip(active.tolist(), tokens.tolist(), done.tolist(), strict=True):
-            if not finished:
-                outputs[row].append(token)
-        keep = ~done
-        if step == params.max_new_tokens - 1 or not bool(keep.any()):
-            break
-        if not bool(keep.all()):
-            kept = keep.nonzero().squeeze(-1)
-            active, tokens, positions = active[kept], tokens[kept], positions[kept]
-            cache.batch_select_indices(kept)
-            mask = mask[kept] if mask is not None else None
-        if mask is not None:
-            mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=-1)  # (B_active, P + step + 1)
-        out = model(
-            input_ids=tokens[:, None],
-            attention_mask=mask,
-            position_ids=positions[:, None],
-            past_key_values=cache,
-            use_cache=True,
-        )
-        cache = out.past_key_values
-        positions = positions + 1
-        logits = out.logits[:, -1, :].float()
-    return outputs
-
-
 def sample_completions(
     model: Any,
     tokenizer: Any,
@@ -255,8 +148,13 @@ def sample_completions(
     _check_request(prompts, n)
     _warn_greedy(n, temperature)
     rendered = [render_prompt(tokenizer, p, response_prefix) for p in prompts]
+    prompt_ids = [tokenizer(text, add_special_tokens=False)["input_ids"] for text, _ in rendered]
+    if any(len(ids) == 0 for ids in prompt_ids):
+        raise ValueError("a prompt rendered to zero tokens")
     device = _model_device(model)
     eos_ids = _eos_ids(model, tokenizer)
+    decoding = Decoding(max_new_tokens, tuple(eos_ids), temperature=temperature, top_p=top_p, min_p=min_p)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     draws = 1 if temperature == 0 else n  # greedy samples are identical: decode once, copy
     size = params.batch_size or _default_batch_size(device)
     results: list[list[str]] = [[] for _ in prompts]
@@ -267,18 +165,16 @@ def sample_completions(
         with torch.inference_mode():
             chunk_no = 0
             for members, chunks in plan_chunks(len(prompts), draws, size):
-                cache, mask, logits, lengths = _encode_group(
-                    model, tokenizer, [rendered[i][0] for i in members], device
-                )
+                encoded = encode_prompts(model, [prompt_ids[i] for i in members], pad, device)  # once per group
                 for chunk in chunks:
                     generator = None
                     if temperature > 0:
                         generator = torch.Generator(device=device).manual_seed(_chunk_seed(seed, chunk_no))
                     chunk_no += 1
-                    token_lists = _decode_chunk(
-                        model, cache, mask, logits, lengths, chunk.rows, params, eos_ids, generator
-                    )
+                    token_lists = decode_rows(model, encoded, chunk.rows, decoding, generator, copy=True)
                     for local, tokens in zip(chunk.rows, token_lists, strict=True):
+                        if tokens and tokens[-1] in eos_ids:
+                            tokens = tokens[:-1]  # the EOS id ends the sample; it is not text
                         prompt_index = members[local]
                         text = rendered[prompt_index][1] + tokenizer.decode(tokens, skip_special_tokens=True)
                         results[prompt_index].extend([text] * (n if temperature == 0 else 1))

@@ -33,6 +33,7 @@ LOG_COLUMNS = (
     "diversity/valid_fraction",
     "diversity/group_jsd",
     "train/frac_zero_std_groups",
+    "rollouts",
     "step_time",
 )
 
