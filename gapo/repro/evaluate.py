@@ -30,6 +30,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -38,8 +39,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import yaml
+
 from gapo.config import OneLineErrorParser
 from gapo.equivalence import normalize_answer
+from gapo.io import write_json_atomic, write_jsonl_atomic
+from gapo.models import ModelLoadError, check_model_name, model_dir
+from gapo.repro import experiments, plotting
+from gapo.repro import prompts as ep
+from gapo.repro.experiments import compare
+from gapo.repro.stages.open_set import asked_questions
+from gapo.sampling import chat_completions_url, make_sampler
 from gapo.sampling.params import BACKENDS, SamplingError, one_line
 
 SUITES = ("lists", "open", "creativity")
@@ -113,8 +124,6 @@ def _records(path: str | Path) -> list[Any] | dict[str, Any]:
                 raise ValueError(f"{path}: line {number} is not JSON ({err.msg})") from err
         return records
     if path.suffix in (".yaml", ".yml"):
-        import yaml
-
         try:
             return yaml.safe_load(text) or []
         except yaml.YAMLError as err:
@@ -168,7 +177,6 @@ def read_questions(path: str | Path) -> dict[str, str]:
 
 def check_endpoint(endpoint: str, model: str, timeout_s: float) -> None:
     """GET ``/v1/models`` within `timeout_s`: one line when the server does not answer or does not serve `model`."""
-    from gapo.sampling import chat_completions_url
 
     url = chat_completions_url(endpoint).removesuffix("/chat/completions") + "/models"
     try:
@@ -189,9 +197,6 @@ def check_endpoint(endpoint: str, model: str, timeout_s: float) -> None:
 
 def _same_model(recorded: str, model: str) -> bool:
     """Whether an adapter's recorded base model is `model`: the same name, directory or configuration."""
-    import os
-
-    from gapo.models import model_dir
 
     if recorded == model:
         return True
@@ -283,8 +288,6 @@ def plan(args: argparse.Namespace) -> Plan:
         for spec in models:
             check_endpoint(args.endpoint, spec.model, args.timeout)
     else:
-        from gapo.models import check_model_name
-
         for spec in models:
             check_model_name(spec.model)
             if spec.adapter:
@@ -299,9 +302,6 @@ def plan(args: argparse.Namespace) -> Plan:
 
 def run_suites(sampler: Any, plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     """suite -> `ExperimentResult` of one model, with the same n, seeds and prompts for every model."""
-    from gapo.repro import experiments
-    from gapo.repro import prompts as ep
-    from gapo.repro.stages.open_set import asked_questions
 
     def tokens(suite: str) -> int:
         return args.max_new_tokens or MAX_NEW_TOKENS[suite]
@@ -338,7 +338,6 @@ def run_suites(sampler: Any, plan: Plan, args: argparse.Namespace) -> dict[str, 
 
 def evaluate(plan: Plan, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """model key -> suite -> result; one model in memory at a time."""
-    from gapo.sampling import make_sampler
 
     out: dict[str, dict[str, Any]] = {}
     for spec in plan.models:
@@ -364,9 +363,6 @@ def evaluate(plan: Plan, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
 def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     """eval.json: ``models`` (every suite's summary merged per model; the compared model's ``_diff`` keys),
     ``settings`` and ``tables`` (per list, per question, the discovery curves, per creative prompt)."""
-    import pandas as pd
-
-    from gapo.repro.experiments import compare
 
     keys = list(results)
     models = {key: {k: v for suite in results[key].values() for k, v in suite.summary.items()} for key in keys}
@@ -441,9 +437,6 @@ def sample_rows(results: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]
 
 def figure(results: Mapping[str, Mapping[str, Any]], suites: Sequence[str]) -> Any:
     """eval.png's figure (`gapo.repro.plotting.eval_figure`) from the experiments' tables."""
-    import pandas as pd
-
-    from gapo.repro import plotting
 
     def stacked(suite: str, name: str) -> pd.DataFrame | None:
         if suite not in suites:
@@ -458,18 +451,15 @@ def figure(results: Mapping[str, Mapping[str, Any]], suites: Sequence[str]) -> A
 
 def write(out: Path, doc: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]) -> Path:
     """samples.jsonl and eval.png, then eval.json, each atomically: eval.json exists only for a finished run."""
-    from gapo.io import write_jsonl_atomic
-    from gapo.repro import pipeline, plotting
 
     out.mkdir(parents=True, exist_ok=True)
     write_jsonl_atomic(out / "samples.jsonl", sample_rows(results))
     plotting.save(figure(results, doc["settings"]["suites"]), out / "eval.png", close=True)
-    return pipeline.write_json(out / "eval.json", doc)
+    return write_json_atomic(out / "eval.json", doc)
 
 
 def cli(argv: list[str] | None = None) -> int:
     """``gapo eval``: 0 on success; 2 with one ``gapo eval: error:`` line on bad input, before any sampling."""
-    from gapo.models import ModelLoadError
 
     try:
         args = build_parser().parse_args(argv)
