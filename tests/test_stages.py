@@ -143,6 +143,8 @@ def test_train_gapo_stage_trains_every_policy_and_logs_each_step(root: Path, tra
     log = result.tables["train"]
     assert len(log) == P["train"]["max_steps"] * len(P["policies"]) and list(log["step"]) == [1, 2]
     assert list(log.columns) == [c for c in train_gapo.LOG_COLUMNS if c in log] and "rewards/mean" in log
+    assert "advantage/valid_spread" in log  # issue 19's diagnosis, per step
+    assert (log["rollouts"] == P["train"]["per_device_train_batch_size"]).all()  # completions generated per step
     assert result.tables["summary"].loc["steps"].tolist() == [P["train"]["max_steps"]]
     _written(result, tmp_path)
     fig = plotting.training_figure(log)
