@@ -1,4 +1,6 @@
-"""One config dataclass per entry point, filled from a params.yaml section and then from command-line flags.
+"""One config dataclass per entry point, filled from a params.yaml section and then from command-line flags
+(`gapo data`, `gapo sft`; `gapo train`'s two dataclasses go through TRL's `TrlParser`, gapo.train.parse_args, and
+read their params.yaml section with `profile_section` here).
 
 Each field's docstring-like `help` metadata becomes its `--help` text (cleanrl style). Flags use dashes
 (`--max-steps 40`); booleans take `--flag/--no-flag`; `None` defaults accept the literal `none`.
@@ -22,7 +24,7 @@ import yaml
 
 T = TypeVar("T")
 
-#: The dataset settings: DataConfig's fields that TrainConfig and SFTConfig share (all but `out`).
+#: The dataset settings: DataConfig's fields that `gapo train` (ScriptArguments, GAPOConfig's seed) and SFTConfig share.
 DATA_SETTINGS: tuple[str, ...] = ("num_prompts", "seed", "min_items", "max_items", "categories", "response_prefix")
 #: The params.yaml sections that take the dataset settings from the `data` section.
 DATA_USERS: tuple[str, ...] = ("train", "sft")
