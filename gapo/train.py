@@ -36,7 +36,7 @@ from typing import Any
 
 from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
-from gapo.config import OneLineErrorParser, profile_section
+from gapo.config import config_from_cli, params_values
 from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_json_atomic, write_jsonl_atomic
 from gapo.rewards import (
     ClassFrequencyReward,
@@ -80,10 +80,8 @@ class ScriptArguments:
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in output_dir"})
 
     def __post_init__(self) -> None:
-        if isinstance(self.categories, str):
-            self.categories = [self.categories]
-        if self.categories is not None:  # `--categories a,b` as in params.yaml
-            self.categories = [c.strip() for part in self.categories for c in part.split(",") if c.strip()]
+        if isinstance(self.categories, str):  # `categories: a,b` in a params file
+            self.categories = [c.strip() for c in self.categories.split(",") if c.strip()]
         if self.num_prompts <= 0:
             raise ValueError(f"num_prompts must be positive, got {self.num_prompts}")
         if self.task not in TASKS:
@@ -125,44 +123,23 @@ def configs(values: Mapping[str, Any]) -> tuple[ScriptArguments, Any]:
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, Any]:
-    """`gapo train`'s flags: `RUN_DEFAULTS`, overridden by params.yaml's `train` section (as its active profile
-    resolves it, `gapo.config.profile_section`), by a flat TRL config file (`--config`), then by flags.
-
-    TRL's `TrlParser` builds the flags from the two dataclasses (`--help` lists GAPOConfig's and TRL's); a bad flag is
-    one line, as for every `gapo` command."""
+    """`gapo train`'s flags (`gapo.config.config_from_cli`): `RUN_DEFAULTS`, overridden by params.yaml's `train`
+    section as its active profile resolves it, then by flags; `--help` lists ScriptArguments', GAPOConfig's and TRL's.
+    The backend is activated first, from `--backend` or the section: Unsloth must load before trl and transformers."""
     pre = argparse.ArgumentParser(add_help=False)
-    _add_params_flags(pre)
     pre.add_argument("--backend", default=None)
+    pre.add_argument("--params", default="params.yaml")
+    pre.add_argument("--section", default="train")
+    pre.add_argument("--no-params", action="store_true")
     ns, _ = pre.parse_known_args(argv)
-    values = dict(RUN_DEFAULTS)
-    section = ns.section or "train"
-    if not ns.no_params and Path(ns.params).is_file():
-        values.update(profile_section(ns.params, section))
-    elif not ns.no_params and ns.params != "params.yaml":
-        raise FileNotFoundError(f"params file not found: {ns.params}")
-    backends.activate(backends.resolve(ns.backend or values.get("backend", "auto")))
-    from trl import TrlParser  # unsloth: trl must load after backends.activate
+    backend = ns.backend or params_values(ns.params, ns.section, ns.no_params).get("backend", "auto")
+    backends.activate(backends.resolve(backend))
+    from gapo.trainer import GAPOConfig  # unsloth: trl (which gapo.trainer imports) must load after backends.activate
 
-    from gapo.trainer import GAPOConfig
-
-    class Parser(TrlParser):
-        error = OneLineErrorParser.error  # one line, not the usage block
-
-    parser = Parser([ScriptArguments, GAPOConfig], prog="gapo train", description="Train a LoRA adapter with GAPO.")
-    _add_params_flags(parser)
-    unknown = parser.set_defaults_with_config(**values)
-    if unknown:
-        raise ValueError(f"unknown keys in {ns.params} [{section}]: {', '.join(unknown[::2])}")
-    script, args, *rest = parser.parse_args_and_config(argv, return_remaining_strings=True)
-    if rest[-1]:
-        parser.error(f"unrecognized arguments: {' '.join(rest[-1])}")
+    script, args = config_from_cli(
+        [ScriptArguments, GAPOConfig], argv, "gapo train", "train", "Train a LoRA adapter with GAPO.", RUN_DEFAULTS
+    )
     return script, args
-
-
-def _add_params_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--params", default="params.yaml", help="params file whose `train` section sets the defaults")
-    parser.add_argument("--section", default=None, help="section of the params file (default: train)")
-    parser.add_argument("--no-params", action="store_true", help="ignore the params file; use built-in defaults")
 
 
 def run_config(script: ScriptArguments, args: Any) -> dict[str, Any]:

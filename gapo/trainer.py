@@ -115,8 +115,6 @@ class GAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        if isinstance(self.lora_target_modules, list):  # `--lora-target-modules q_proj,v_proj` as in params.yaml
-            self.lora_target_modules = [m.strip() for part in self.lora_target_modules for m in part.split(",")]
         if problem := config_problem(self):
             raise ValueError(problem)
         cuda = torch.cuda.is_available() and not self.use_cpu

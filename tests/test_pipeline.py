@@ -100,10 +100,10 @@ def test_entry_point_sections_stay_readable_by_their_commands() -> None:
     assert script.model == "embedded" and train.num_generations == raw["num_generations"] == 16
     assert train.max_steps == raw["max_steps"]
     assert train.per_device_train_batch_size == raw["per_device_train_batch_size"]
-    data = config_from_cli(DataConfig, ["--params", str(PARAMS)], "gapo data", "data", "")
+    (data,) = config_from_cli([DataConfig], ["--params", str(PARAMS)], "gapo data", "data", "")
     assert data.num_prompts == script.num_prompts and data.seed == train.seed
     assert data.response_prefix == script.response_prefix
-    config_from_cli(SFTConfig, ["--params", str(PARAMS)], "gapo sft", "sft", "")
+    config_from_cli([SFTConfig], ["--params", str(PARAMS)], "gapo sft", "sft", "")
     for profile in ("paper", "smoke"):  # the other profiles build valid configs too
         resolved = profiles.resolve(profile, PARAMS)
         configs(resolved["train"]), DataConfig(**resolved["data"]), SFTConfig(**resolved["sft"])
