@@ -156,8 +156,8 @@ def config_from_cli(
 
     Parser = type("Parser", (HfArgumentParser,), {"error": OneLineErrorParser.error})  # noqa: N806
     parser = Parser(list(classes), prog=prog, description=description)
-    _add_params_flags(parser)
-    ns, _ = _add_params_flags(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
+    add_params_flags(parser)
+    ns, _ = add_params_flags(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
     values = {**(defaults or {}), **params_values(ns.params, ns.section or section, ns.no_params)}
     fields = {cls: {f.name for f in dataclasses.fields(cls) if f.init} for cls in classes}
     unknown = sorted(set(values) - set().union(*fields.values()))
@@ -186,7 +186,8 @@ def params_values(params: str, section: str, no_params: bool = False) -> dict[st
     return {}
 
 
-def _add_params_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+def add_params_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`--params`, `--section`, `--no-params`: where every entry point reads its params.yaml section."""
     parser.add_argument("--params", default="params.yaml", help="params file whose section sets the defaults")
     parser.add_argument("--section", default=None, help="section of the params file (default: the command's)")
     parser.add_argument("--no-params", action="store_true", help="ignore the params file; use built-in defaults")

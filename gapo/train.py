@@ -36,7 +36,7 @@ from typing import Any
 
 from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
-from gapo.config import config_from_cli, params_values
+from gapo.config import add_params_flags, config_from_cli, params_values
 from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_json_atomic, write_jsonl_atomic
 from gapo.rewards import (
     ClassFrequencyReward,
@@ -126,13 +126,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, Any]:
     """`gapo train`'s flags (`gapo.config.config_from_cli`): `RUN_DEFAULTS`, overridden by params.yaml's `train`
     section as its active profile resolves it, then by flags; `--help` lists ScriptArguments', GAPOConfig's and TRL's.
     The backend is activated first, from `--backend` or the section: Unsloth must load before trl and transformers."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = add_params_flags(argparse.ArgumentParser(add_help=False))
     pre.add_argument("--backend", default=None)
-    pre.add_argument("--params", default="params.yaml")
-    pre.add_argument("--section", default="train")
-    pre.add_argument("--no-params", action="store_true")
     ns, _ = pre.parse_known_args(argv)
-    backend = ns.backend or params_values(ns.params, ns.section, ns.no_params).get("backend", "auto")
+    backend = ns.backend or params_values(ns.params, ns.section or "train", ns.no_params).get("backend", "auto")
     backends.activate(backends.resolve(backend))
     from gapo.trainer import GAPOConfig  # unsloth: trl (which gapo.trainer imports) must load after backends.activate
 
