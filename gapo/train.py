@@ -131,7 +131,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, Any]:
     ns, _ = pre.parse_known_args(argv)
     backend = ns.backend or params_values(ns.params, ns.section or "train", ns.no_params).get("backend", "auto")
     backends.activate(backends.resolve(backend))
-    from gapo.trainer import GAPOConfig  # unsloth: trl (which gapo.trainer imports) must load after backends.activate
+    with backends.quiet_imports():  # a bad flag stays one line
+        from gapo.trainer import GAPOConfig  # unsloth: trl (gapo.trainer imports it) must load after backends.activate
 
     script, args = config_from_cli(
         [ScriptArguments, GAPOConfig], argv, "gapo train", "train", "Train a LoRA adapter with GAPO.", RUN_DEFAULTS
