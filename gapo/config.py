@@ -1,7 +1,9 @@
-"""One config dataclass per entry point, filled from a params.yaml section and then from command-line flags.
+"""One config per entry point, filled from a params.yaml section and then from command-line flags.
 
-Each field's docstring-like `help` metadata becomes its `--help` text (cleanrl style). Flags use dashes
-(`--max-steps 40`); booleans take `--flag/--no-flag`; `None` defaults accept the literal `none`.
+Flags are built from the config dataclasses by transformers' `HfArgumentParser` (what TRL's `TrlParser` is): each
+field's `help` metadata becomes its `--help` text (cleanrl style), flags take dashes or underscores (`--max-steps 40`),
+booleans `--flag` / `--flag false`, lists spaces or commas (`--categories a,b`). `gapo train` takes two dataclasses
+(gapo.train.ScriptArguments and GAPOConfig), `gapo data` and `gapo sft` one each.
 
 The defaults several configs share live in `gapo.defaults`. In params.yaml the dataset settings likewise live in the
 `data` section only; `train` and `sft` receive them from it (`with_data_settings`), so the rows a run trains on are
@@ -12,17 +14,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
-T = TypeVar("T")
-
-#: The dataset settings: DataConfig's fields that TrainConfig and SFTConfig share (all but `out`).
+#: The dataset settings: DataConfig's fields that `gapo train` (ScriptArguments, GAPOConfig's seed) and SFTConfig share.
 DATA_SETTINGS: tuple[str, ...] = ("num_prompts", "seed", "min_items", "max_items", "categories", "response_prefix")
 #: The params.yaml sections that take the dataset settings from the `data` section.
 DATA_USERS: tuple[str, ...] = ("train", "sft")
@@ -75,48 +74,6 @@ def load_params(path: str | Path, section: str | None = None) -> dict[str, Any]:
     if section not in data:
         raise KeyError(f"section {section!r} not in {path} (sections: {', '.join(data) or 'none'})")
     return dict(data[section] or {})
-
-
-def _base_type(annotation: Any) -> tuple[type, bool]:
-    """(scalar type, optional?) for an annotation such as `int | None` or `list[str]`."""
-    if isinstance(annotation, str):
-        annotation = eval(annotation, vars(typing) | {"list": list, "dict": dict})  # noqa: S307 - our own annotations
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return _base_type(args[0])[0], True
-    if origin in (list, tuple):
-        return list, False
-    return annotation, False
-
-
-def _parse_scalar(kind: type, optional: bool) -> Any:
-    def parse(text: str) -> Any:
-        if optional and text.lower() in ("none", "null", ""):
-            return None
-        if kind is list:
-            return [part.strip() for part in text.split(",") if part.strip()]
-        return kind(text)
-
-    parse.__name__ = getattr(kind, "__name__", "value")
-    return parse
-
-
-def build_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
-    parser = OneLineErrorParser(prog=prog, description=description)
-    parser.add_argument("--params", default="params.yaml", help="params file to read defaults from")
-    parser.add_argument("--section", default=None, help="section of the params file (default: the command's)")
-    parser.add_argument("--no-params", action="store_true", help="ignore the params file; use built-in defaults")
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        kind, optional = _base_type(hints[f.name])
-        flag = "--" + f.name.replace("_", "-")
-        help_text = f.metadata.get("help", "")
-        if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, dest=f.name, type=_parse_scalar(kind, optional), default=None, help=help_text)
-    return parser
 
 
 #: params.yaml sections whose profile value replaces the default one whole (name -> spec mappings; merging would mix
@@ -181,22 +138,64 @@ def profile_section(path: str | Path, section: str) -> dict[str, Any]:
     return dict(profile_sections(data, None, str(path))[section])
 
 
-def config_from_cli(cls: type[T], argv: list[str] | None, prog: str, section: str, description: str) -> T:
-    """Defaults of `cls`, overridden by params.yaml[section] (as its active profile resolves it), overridden by flags
-    given on the command line."""
-    parser = build_parser(cls, prog, description)
-    ns = parser.parse_args(argv)
-    values: dict[str, Any] = {}
-    if not ns.no_params and Path(ns.params).is_file():
-        values.update(profile_section(ns.params, ns.section or section))
-    elif not ns.no_params and ns.params != "params.yaml":
-        raise FileNotFoundError(f"params file not found: {ns.params}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(values) - names)
+def config_from_cli(
+    classes: Sequence[type],
+    argv: list[str] | None,
+    prog: str,
+    section: str,
+    description: str,
+    defaults: Mapping[str, Any] | None = None,
+) -> list[Any]:
+    """One instance of each of `classes`: their defaults (`defaults` on top, a command's own), overridden by
+    params.yaml[section] (as its active profile resolves it), overridden by flags given on the command line. Every
+    mistake is one line (`OneLineErrorParser`).
+
+    Why `HfArgumentParser` builds the flags and not argparse by hand: TRL's and transformers' configs parse with it
+    (GAPOConfig's fields include TrainingArguments'), and our own dataclasses follow the same conventions."""
+    from transformers import HfArgumentParser  # unsloth: transformers loads after gapo.backends.activate (gapo train)
+
+    Parser = type("Parser", (HfArgumentParser,), {"error": OneLineErrorParser.error})  # noqa: N806
+    parser = Parser(list(classes), prog=prog, description=description)
+    add_params_flags(parser)
+    ns, _ = add_params_flags(argparse.ArgumentParser(add_help=False)).parse_known_args(argv)
+    values = {**(defaults or {}), **params_values(ns.params, ns.section or section, ns.no_params)}
+    fields = {cls: {f.name for f in dataclasses.fields(cls) if f.init} for cls in classes}
+    unknown = sorted(set(values) - set().union(*fields.values()))
     if unknown:
         raise ValueError(f"unknown keys in {ns.params} [{ns.section or section}]: {', '.join(unknown)}")
-    values.update({k: v for k, v in vars(ns).items() if k in names and v is not None})
+    parser.set_defaults(**values)
+    parsed, rest = parser.parse_known_args(argv)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    parsed = {k: _split_commas(v) for k, v in vars(parsed).items()}
     try:
-        return cls(**values)
+        return [cls(**{k: v for k, v in parsed.items() if k in fields[cls]}) for cls in classes]
     except TypeError as err:  # a wrongly typed value in params.yaml
         raise ValueError(f"{prog}: {err}") from err
+
+
+def params_values(params: str, section: str, no_params: bool = False) -> dict[str, Any]:
+    """The `section` of the params file `params` as its profile resolves it; {} with `no_params`, or when the default
+    params.yaml is absent (a named file that is absent is a one-line error)."""
+    if no_params:
+        return {}
+    if Path(params).is_file():
+        return profile_section(params, section)
+    if params != "params.yaml":
+        raise FileNotFoundError(f"params file not found: {params}")
+    return {}
+
+
+def add_params_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`--params`, `--section`, `--no-params`: where every entry point reads its params.yaml section."""
+    parser.add_argument("--params", default="params.yaml", help="params file whose section sets the defaults")
+    parser.add_argument("--section", default=None, help="section of the params file (default: the command's)")
+    parser.add_argument("--no-params", action="store_true", help="ignore the params file; use built-in defaults")
+    return parser
+
+
+def _split_commas(value: Any) -> Any:
+    """A list flag given as `a,b` (params.yaml's comma-separated style) -> ['a', 'b']."""
+    if isinstance(value, list) and any(isinstance(v, str) and "," in v for v in value):
+        return [part.strip() for v in value for part in str(v).split(",") if part.strip()]
+    return value

@@ -1,9 +1,10 @@
 """Defaults that several configs share, one home each: the paper's training settings and the synthetic data's.
 
-GAPOConfig (gapo.trainer), TrainConfig (gapo.train), SFTConfig (gapo.repro.sft) and DataConfig
-(gapo.repro.stages.generate) declare these fields as ``lora_r: int = LORA_R.field()``, and the list-task functions
-(gapo.tasks.lists) take the data's as their defaults, so a value (and its `--help` text) is written once. params.yaml
-then overrides them per profile; its dataset settings live in the `data` section only (gapo.config.with_data_settings).
+GAPOConfig (gapo.trainer), `gapo train`'s ScriptArguments (gapo.train), SFTConfig (gapo.repro.sft) and
+DataConfig (gapo.repro.stages.generate) declare these fields as ``lora_r: int = LORA_R.field()``, and the list-task
+functions (gapo.tasks.lists) take the data's as their defaults, so a value (and its `--help` text) is written once.
+params.yaml then overrides them per profile; its dataset settings live in the `data` section only
+(gapo.config.with_data_settings).
 """
 
 from __future__ import annotations

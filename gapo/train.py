@@ -18,23 +18,25 @@ Output directory::
     checkpoint-N/       TRL checkpoints every `save_steps` steps (for --resume; a partial one is skipped)
     metrics.jsonl       one JSON object per logged step
     metrics.json        final summary + the config
-    config.json         the resolved TrainConfig
+    config.json         the resolved ScriptArguments and GAPOConfig (`run_config`)
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import logging
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
-from gapo.config import config_from_cli
+from gapo.config import add_params_flags, config_from_cli, params_values
 from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_json_atomic, write_jsonl_atomic
 from gapo.rewards import (
     ClassFrequencyReward,
@@ -51,16 +53,11 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainConfig:
-    """Everything a GAPO training run needs; params.yaml's `train` section mirrors it (the dataset settings come from
-    its `data` section). Shared defaults (the paper's, the data's) are `gapo.defaults`'."""
+class ScriptArguments:
+    """What `gapo train` needs besides its training arguments (GAPOConfig, TRL's): the model, the task and its
+    data, and whether to resume. params.yaml's `train` section sets both (its dataset settings come from `data`)."""
 
     model: str = field(default="embedded", metadata={"help": "hub id, local directory, 'embedded' or 'tiny-random'"})
-    output_dir: str = field(default="runs/gapo", metadata={"help": "where the adapter, checkpoints and metrics go"})
-    seed: int = defaults.SEED.field("seed for data, sampling and LoRA init")
-    num_prompts: int = defaults.NUM_PROMPTS.field("size of the synthetic training set")
-    min_items: int = defaults.MIN_ITEMS.field()
-    max_items: int = defaults.MAX_ITEMS.field()
     task: str = field(
         default="lists",
         metadata={
@@ -69,6 +66,9 @@ class TrainConfig:
             "target distribution, target-distribution reward"
         },
     )
+    num_prompts: int = defaults.NUM_PROMPTS.field("size of the synthetic training set (its seed is --seed)")
+    min_items: int = defaults.MIN_ITEMS.field()
+    max_items: int = defaults.MAX_ITEMS.field()
     categories: list[str] | None = defaults.CATEGORIES.field(
         "comma-separated subset of categories (lists/targets: tasks.lists.CATEGORIES; open: lexicons)"
     )
@@ -77,107 +77,93 @@ class TrainConfig:
         metadata={"help": "task open: when two answers are the same class (gapo.equivalence spec, e.g. normalized)"},
     )
     response_prefix: str | None = defaults.RESPONSE_PREFIX.field()
-    num_generations: int = defaults.NUM_GENERATIONS.field()
-    per_device_train_batch_size: int = field(default=32, metadata={"help": "completions per device micro-batch"})
-    gradient_accumulation_steps: int = field(default=1, metadata={"help": "micro-batches per optimizer step"})
-    max_steps: int = field(default=40, metadata={"help": "optimizer steps"})
-    learning_rate: float = defaults.LEARNING_RATE.field()
-    lora_r: int = defaults.LORA_R.field()
-    lora_alpha: int = defaults.LORA_ALPHA.field()
-    lora_dropout: float = defaults.LORA_DROPOUT.field()
-    lora_target_modules: list[str] | None = defaults.LORA_TARGET_MODULES.field()
-    max_completion_length: int = field(default=16, metadata={"help": "tokens generated per completion"})
-    temperature: float = field(default=1.0, metadata={"help": "sampling temperature during training"})
-    beta: float = defaults.BETA.field()
-    split_format_reward: bool = field(
-        default=False,
-        metadata={"help": "task lists: format and frequency as two rewards normalised apart (GAPOConfig's help)"},
-    )
-    save_steps: int = field(default=10, metadata={"help": "checkpoint interval in steps (what --resume can lose)"})
-    save_total_limit: int = field(default=2, metadata={"help": "checkpoints kept"})
-    logging_steps: int = field(default=1, metadata={"help": "log every N steps"})
-    shared_prompt_forward: bool | None = field(
-        default=None, metadata={"help": "encode each prompt once per group (default: on for CPU, off on CUDA)"}
-    )
-    backend: str = field(default="auto", metadata={"help": "auto, unsloth or peft (auto: PEFT for now; gapo.backends)"})
-    use_vllm: bool = field(default=False, metadata={"help": "generate with vLLM (TRL's use_vllm; needs the gpu extra)"})
-    vllm_mode: str = field(default="colocate", metadata={"help": "colocate | server (TRL's vllm_mode)"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in output_dir"})
 
     def __post_init__(self) -> None:
-        if self.num_generations < 2:
-            raise ValueError(f"num_generations must be at least 2, got {self.num_generations}")
-        if self.max_steps <= 0 or self.num_prompts <= 0:
-            raise ValueError("max_steps and num_prompts must be positive")
-        if isinstance(self.categories, str):
+        if isinstance(self.categories, str):  # `categories: a,b` in a params file
             self.categories = [c.strip() for c in self.categories.split(",") if c.strip()]
-        if problem := config_problem(self):
-            raise ValueError(problem)
+        if self.num_prompts <= 0:
+            raise ValueError(f"num_prompts must be positive, got {self.num_prompts}")
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        if self.response_prefix:
+            raise ValueError(
+                "response_prefix pre-fills the answer, which only evaluation does (TRL would close the pre-filled turn "
+                "and drop it); leave it unset for training"
+            )
 
 
-#: Fields that must be at least 1 (a zero `save_steps` or `logging_steps` is accepted by TRL and then never saves).
-POSITIVE_FIELDS = (
-    "per_device_train_batch_size",
-    "gradient_accumulation_steps",
-    "lora_r",
-    "lora_alpha",
-    "max_completion_length",
-    "save_steps",
-    "save_total_limit",
-    "logging_steps",
-)
+#: `gapo train`'s own defaults where TRL's suit a library but not a run of the command (TRL: 3 epochs, 256-token
+#: completions, a checkpoint every 500 steps, seed 42); params.yaml's `train` section, then flags, override them.
+RUN_DEFAULTS: dict[str, Any] = {
+    "output_dir": "runs/gapo",
+    "seed": defaults.SEED.value,
+    "per_device_train_batch_size": 32,
+    "max_steps": 40,
+    "max_completion_length": 16,
+    "save_steps": 10,
+    "save_total_limit": 2,
+    "logging_steps": 1,
+}
 
 
-def config_problem(cfg: TrainConfig) -> str | None:
-    """The first value of `cfg` that cannot train, as a one-line message with its fix; None when all can.
+def configs(values: Mapping[str, Any]) -> tuple[ScriptArguments, Any]:
+    """(ScriptArguments, GAPOConfig) from a params.yaml `train` section (as the pipeline stages pass it), on top of
+    `RUN_DEFAULTS`; a key neither knows, or a value either refuses, is a one-line error before any model loads."""
+    values = {**RUN_DEFAULTS, **values}
+    backends.activate(backends.resolve(values.get("backend", "auto")))
+    from gapo.trainer import GAPOConfig  # unsloth: trl (which gapo.trainer imports) must load after backends.activate
 
-    Why here and not in TRL: TRL reports these after the model has loaded (or not at all: `save_steps 0`), and the
-    run has by then written its output directory.
-    """
-    for name in POSITIVE_FIELDS:
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or value < 1:
-            return f"{name} must be a positive integer, got {value!r}"
-    if not cfg.temperature > 0 or cfg.temperature == float("inf"):
-        return f"temperature must be a finite number > 0 (GRPO samples its groups), got {cfg.temperature}"
-    if not cfg.learning_rate > 0 or cfg.learning_rate == float("inf"):
-        return f"learning_rate must be a finite number > 0, got {cfg.learning_rate}"
-    if not 0 <= cfg.lora_dropout < 1:
-        return f"lora_dropout must be in [0, 1), got {cfg.lora_dropout}"
-    if not cfg.beta >= 0:
-        return f"beta (the KL coefficient) must be >= 0, got {cfg.beta}"
-    if cfg.backend not in backends.BACKENDS:
-        return f"backend must be one of auto, unsloth, peft, got {cfg.backend!r}"
-    if cfg.vllm_mode not in ("colocate", "server"):
-        return f"vllm_mode must be colocate or server, got {cfg.vllm_mode!r}"
-    if cfg.task not in TASKS:
-        return f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}"
-    if cfg.response_prefix:
-        return (
-            "response_prefix pre-fills the answer, which only evaluation does (TRL would close the pre-filled turn "
-            "and drop it); leave it unset for training"
-        )
-    if cfg.split_format_reward and cfg.task != "lists":
-        return f"split_format_reward applies to task lists only, got task {cfg.task!r}"
-    return None
+    script_keys = {f.name for f in dataclasses.fields(ScriptArguments)}
+    unknown = sorted(set(values) - script_keys - {f.name for f in dataclasses.fields(GAPOConfig)})
+    if unknown:
+        raise ValueError(f"unknown train settings: {', '.join(unknown)} (see gapo train --help)")
+    script = ScriptArguments(**{k: v for k, v in values.items() if k in script_keys})
+    return script, GAPOConfig(**{k: v for k, v in values.items() if k not in script_keys})
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, Any]:
+    """`gapo train`'s flags (`gapo.config.config_from_cli`): `RUN_DEFAULTS`, overridden by params.yaml's `train`
+    section as its active profile resolves it, then by flags; `--help` lists ScriptArguments', GAPOConfig's and TRL's.
+    The backend is activated first, from `--backend` or the section: Unsloth must load before trl and transformers."""
+    pre = add_params_flags(argparse.ArgumentParser(add_help=False))
+    pre.add_argument("--backend", default=None)
+    ns, _ = pre.parse_known_args(argv)
+    backend = ns.backend or params_values(ns.params, ns.section or "train", ns.no_params).get("backend", "auto")
+    backends.activate(backends.resolve(backend))
+    with backends.quiet_imports():  # a bad flag stays one line
+        from gapo.trainer import GAPOConfig  # unsloth: trl (gapo.trainer imports it) must load after backends.activate
+
+    script, args = config_from_cli(
+        [ScriptArguments, GAPOConfig], argv, "gapo train", "train", "Train a LoRA adapter with GAPO.", RUN_DEFAULTS
+    )
+    return script, args
+
+
+def run_config(script: ScriptArguments, args: Any) -> dict[str, Any]:
+    """Both configs of a run as one JSON-ready mapping: its config.json, which a resumed stage compares."""
+    return json.loads(json.dumps({**dataclasses.asdict(script), **args.to_dict()}, default=str))
 
 
 #: What `task` selects: the training prompts and the group reward (see `task_data`).
 TASKS: tuple[str, ...] = ("lists", "open", "targets")
 
 
-def task_data(cfg: TrainConfig, dataset: Any | None = None) -> tuple[Any, list[GroupReward]]:
-    """The training dataset and reward functions of `cfg.task`; every check runs here, before any model loads.
+def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) -> tuple[Any, list[GroupReward]]:
+    """The training dataset and reward functions of `script.task`; every check runs here, before any model loads.
 
     `dataset` (e.g. the pipeline's data/train.jsonl, built once by its `generate` stage) is trained on as given;
-    without it the task builds its prompts from `cfg`'s dataset settings. Either way each reward checks it.
+    without it the task builds its prompts from `script`'s dataset settings and `args.seed`. Either way each
+    reward checks it.
 
     Why one function: the three tasks differ only in their prompts and their group reward; the trainer, LoRA and
     checkpointing are the same. `open` refuses a category without a lexicon ("validity unchecked"), since its reward
     could not tell a valid answer from an invalid one.
     """
-    if cfg.task == "open":
-        categories = tuple(cfg.categories or open_ended.OPEN_TRAIN_CATEGORIES)
+    if args.split_format_reward and script.task != "lists":
+        raise ValueError(f"split_format_reward applies to task lists only, got task {script.task!r}")
+    if script.task == "open":
+        categories = tuple(script.categories or open_ended.OPEN_TRAIN_CATEGORIES)
         unchecked = [
             c for c in categories if c in open_ended.OPEN_QUESTIONS and not open_ended.open_validity(c).checked
         ]
@@ -188,66 +174,33 @@ def task_data(cfg: TrainConfig, dataset: Any | None = None) -> tuple[Any, list[G
             )
         if dataset is None:
             dataset = open_ended.make_open_dataset(
-                cfg.num_prompts, cfg.seed, categories=categories, response_prefix=cfg.response_prefix
+                script.num_prompts, args.seed, categories=categories, response_prefix=script.response_prefix
             )
         rewards: list[GroupReward] = [
-            ClassFrequencyReward(cfg.equivalence, validity=open_ended.open_validity_map(categories))
+            ClassFrequencyReward(script.equivalence, validity=open_ended.open_validity_map(categories))
         ]
         return dataset, rewards
     list_args = {
-        "min_items": cfg.min_items,
-        "max_items": cfg.max_items,
-        "categories": cfg.categories,
-        "response_prefix": cfg.response_prefix,
+        "min_items": script.min_items,
+        "max_items": script.max_items,
+        "categories": script.categories,
+        "response_prefix": script.response_prefix,
     }
-    if cfg.task == "targets":
+    if script.task == "targets":
         rewards = [target_distribution_reward]
         build = targets.make_target_distribution_dataset
-    elif cfg.split_format_reward:
+    elif args.split_format_reward:
         rewards = [answer_format_reward, valid_frequency_reward]
         build = lists.make_list_selection_dataset
     else:
         rewards = [frequency_reward]
         build = lists.make_list_selection_dataset
     if dataset is None:
-        dataset = build(cfg.num_prompts, cfg.seed, **list_args)
+        dataset = build(script.num_prompts, args.seed, **list_args)
     for reward in rewards:  # its columns and rows, before any model loads
         if is_group_reward(reward):
             reward.check(dataset)
     return dataset, rewards
-
-
-def gapo_config(cfg: TrainConfig) -> Any:
-    """The GAPOConfig (TRL arguments) for a TrainConfig; raises the config errors before any model loads."""
-    from gapo.trainer import GAPOConfig  # unsloth: trl (which gapo.trainer imports) must load after backends.activate
-
-    extra = {"lora_target_modules": cfg.lora_target_modules} if cfg.lora_target_modules else {}
-    return GAPOConfig(
-        output_dir=cfg.output_dir,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        num_generations=cfg.num_generations,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        max_steps=cfg.max_steps,
-        learning_rate=cfg.learning_rate,
-        lora_r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature,
-        beta=cfg.beta,
-        split_format_reward=cfg.split_format_reward,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        logging_steps=cfg.logging_steps,
-        shared_prompt_forward=cfg.shared_prompt_forward,
-        backend=cfg.backend,
-        use_vllm=cfg.use_vllm,
-        vllm_mode=cfg.vllm_mode,
-        **extra,
-    )
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -288,44 +241,42 @@ def _trim_metrics(path: Path, last_step: int) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def train(cfg: TrainConfig, dataset: Any | None = None) -> dict[str, Any]:
-    """Run GAPO training on `dataset` (default: the one `cfg`'s task builds, `task_data`); returns the final summary
+def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dict[str, Any]:
+    """Run GAPO training on `dataset` (default: the one `script.task` builds, `task_data`); returns the final summary
     (also written to output_dir/metrics.json)."""
     # The backend first: Unsloth must be imported before trl (gapo.trainer imports trl).
-    backend = backends.resolve(cfg.backend)
-    backends.check_vllm(cfg.use_vllm, cfg.model)
+    backend = backends.resolve(args.backend)
+    backends.check_vllm(args.use_vllm, script.model)
     backends.activate(backend)
     from gapo.trainer import GAPOTrainer  # unsloth: only now may trl load
 
-    # Everything that can be wrong is checked before the model loads.
-    args = gapo_config(cfg)
-    models.check_model_name(cfg.model)
-    dataset, reward_funcs = task_data(cfg, dataset)
-    out = Path(cfg.output_dir)
+    # Everything that can be wrong is checked before the model loads (GAPOConfig's own values when it was built).
+    models.check_model_name(script.model)
+    dataset, reward_funcs = task_data(script, args, dataset)
+    out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--output-dir {out} is a file, not a directory; pass a directory path")
-    if cfg.model != models.TINY_RANDOM:  # build or verify the embedded cache (a bad source is refused) before writing
-        models.resolve_model_path(cfg.model)
-    if cfg.lora_target_modules:
-        models.check_lora_targets(cfg.model, cfg.lora_target_modules)
-    resume_from = last_checkpoint(out) if cfg.resume else None
-    if cfg.resume and resume_from is None:
+    if script.model != models.TINY_RANDOM:  # build or verify the embedded cache (a bad source is refused) first
+        models.resolve_model_path(script.model)
+    models.check_lora_targets(script.model, args.lora_target_modules)
+    resume_from = last_checkpoint(out) if script.resume else None
+    if script.resume and resume_from is None:
         logger.warning("--resume: no complete checkpoint in %s, starting from scratch", out)
     elif resume_from is not None:
         logger.info("--resume: continuing from %s", resume_from)
-    if not cfg.resume and (out / "adapter").exists():
+    if not script.resume and (out / "adapter").exists():
         raise FileExistsError(f"{out} already holds a finished run; pass --resume or another --output-dir")
     out.mkdir(parents=True, exist_ok=True)
-    if cfg.resume:
+    if script.resume:
         remove_incomplete(out, resume_from)
     metrics_path = out / "metrics.jsonl"
     if resume_from is not None:
         _trim_metrics(metrics_path, int(resume_from.name.split("-")[-1]))
     elif metrics_path.exists():
         metrics_path.unlink()
-    write_json_atomic(out / "config.json", dataclasses.asdict(cfg), indent=2)
+    write_json_atomic(out / "config.json", run_config(script, args), indent=2)
 
-    model, tokenizer, peft_config = backends.load_policy(cfg.model, args)
+    model, tokenizer, peft_config = backends.load_policy(script.model, args)
     trainer = GAPOTrainer(
         model=model,
         reward_funcs=reward_funcs,
@@ -340,7 +291,7 @@ def train(cfg: TrainConfig, dataset: Any | None = None) -> dict[str, Any]:
     elapsed = time.time() - start
 
     summary = summarize(metrics_path)
-    summary.update({"train_seconds": elapsed, "config": dataclasses.asdict(cfg)})
+    summary.update({"train_seconds": elapsed, "config": run_config(script, args)})
     save_adapter(trainer, tokenizer, out / "adapter")
     if trainer.accelerator.is_main_process:
         write_json_atomic(out / "metrics.json", summary, indent=2)
@@ -392,8 +343,8 @@ def summarize(metrics_path: Path) -> dict[str, Any]:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    cfg = config_from_cli(TrainConfig, argv, "gapo train", "train", "Train a LoRA adapter with GAPO.")
+    script, args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    summary = train(cfg)
-    print(json.dumps({"output_dir": cfg.output_dir, "steps": summary["steps"], "last": summary["last"]}))
+    summary = train(script, args)
+    print(json.dumps({"output_dir": args.output_dir, "steps": summary["steps"], "last": summary["last"]}))
     return 0

@@ -73,7 +73,9 @@ class GAPOConfig(GRPOConfig):
     learning_rate: float = defaults.LEARNING_RATE.field()
     bf16: bool | None = field(default=None, metadata={"help": "None: True on CUDA with bf16 support, else False."})
     gradient_checkpointing: bool | None = field(default=None, metadata={"help": "None: True on CUDA, else False."})
-    report_to: Any = field(default="none", metadata={"help": "Where to send logs (TRL/transformers integrations)."})
+    report_to: None | str | list[str] = field(
+        default="none", metadata={"help": "Where to send logs (TRL/transformers integrations)."}
+    )
     lora_r: int = defaults.LORA_R.field()
     lora_alpha: int = defaults.LORA_ALPHA.field()
     lora_dropout: float = defaults.LORA_DROPOUT.field()
@@ -114,10 +116,8 @@ class GAPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        if self.num_generations is not None and self.num_generations < 2:
-            raise ValueError(
-                f"num_generations must be at least 2 (a group needs a baseline), got {self.num_generations}"
-            )
+        if problem := config_problem(self):
+            raise ValueError(problem)
         cuda = torch.cuda.is_available() and not self.use_cpu
         if self.bf16 is None:
             self.bf16 = bool(cuda and torch.cuda.is_bf16_supported()) and not self.fp16
@@ -125,8 +125,6 @@ class GAPOConfig(GRPOConfig):
             self.gradient_checkpointing = cuda
         if not cuda:
             self.use_cpu = True  # lets `torchrun --nproc_per_node 2` train with gloo on CPU
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of auto, unsloth, peft, got {self.backend!r}")
         if self.split_format_reward:
             self.multi_objective_aggregation = "normalize_then_sum"
         unsloth = self.backend == "unsloth"  # Unsloth generates and scores with its own kernels (docs/gpu.md)
@@ -146,6 +144,50 @@ class GAPOConfig(GRPOConfig):
             floor = max(self.generation_max_cache_len, self.max_completion_length + 1)
             self.generation_kwargs = {"max_cache_len": floor, **(self.generation_kwargs or {})}
         super().__post_init__()
+
+
+#: Fields that must be whole numbers >= 1 (TRL accepts a zero `save_total_limit`, and then keeps no checkpoint).
+POSITIVE_FIELDS = (
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "lora_r",
+    "lora_alpha",
+    "max_completion_length",
+    "save_total_limit",
+)
+#: Step intervals: TRL reads a value in (0, 1) as a fraction of the run; 0 it accepts, and then never saves or logs.
+INTERVAL_FIELDS = ("save_steps", "logging_steps")
+
+
+def config_problem(args: GAPOConfig) -> str | None:
+    """The first GAPO setting of `args` that cannot train, as a one-line message with its fix; None when all can.
+
+    Why before TRL's own checks (which stay TRL's, in `super().__post_init__`): TRL reports these late (after the
+    model has loaded) or not at all (`save_steps 0`), and a `gapo train` run has by then written its output directory.
+    """
+    if args.num_generations is not None and args.num_generations < 2:
+        return f"num_generations must be at least 2 (a group needs a baseline), got {args.num_generations}"
+    for name in POSITIVE_FIELDS:
+        value = getattr(args, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            return f"{name} must be a positive integer, got {value!r}"
+    for name in INTERVAL_FIELDS:
+        value = getattr(args, name)
+        if not isinstance(value, int | float) or not value > 0 or (value > 1 and value != int(value)):
+            return f"{name} must be a positive integer (or a fraction of the run in (0, 1)), got {value!r}"
+    if not args.temperature > 0 or args.temperature == float("inf"):
+        return f"temperature must be a finite number > 0 (GRPO samples its groups), got {args.temperature}"
+    if not args.learning_rate > 0 or args.learning_rate == float("inf"):
+        return f"learning_rate must be a finite number > 0, got {args.learning_rate}"
+    if not 0 <= args.lora_dropout < 1:
+        return f"lora_dropout must be in [0, 1), got {args.lora_dropout}"
+    if not args.beta >= 0:
+        return f"beta (the KL coefficient) must be >= 0, got {args.beta}"
+    if args.backend not in BACKENDS:
+        return f"backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}"
+    if args.vllm_mode not in ("colocate", "server"):
+        return f"vllm_mode must be colocate or server, got {args.vllm_mode!r}"
+    return None
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ the failing cell's error.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -94,20 +93,20 @@ def test_entry_point_sections_stay_readable_by_their_commands() -> None:
     from gapo.config import config_from_cli
     from gapo.repro.sft import SFTConfig
     from gapo.repro.stages.generate import DataConfig
-    from gapo.train import TrainConfig
+    from gapo.train import configs, parse_args
 
-    train = config_from_cli(TrainConfig, ["--params", str(PARAMS)], "gapo train", "train", "")
+    script, train = parse_args(["--params", str(PARAMS)])
     raw = yaml.safe_load(PARAMS.read_text())["train"]
-    assert train.model == "embedded" and train.num_generations == raw["num_generations"] == 16
+    assert script.model == "embedded" and train.num_generations == raw["num_generations"] == 16
     assert train.max_steps == raw["max_steps"]
     assert train.per_device_train_batch_size == raw["per_device_train_batch_size"]
-    data = config_from_cli(DataConfig, ["--params", str(PARAMS)], "gapo data", "data", "")
-    assert data.num_prompts == train.num_prompts and data.seed == train.seed
-    assert data.response_prefix == train.response_prefix
-    config_from_cli(SFTConfig, ["--params", str(PARAMS)], "gapo sft", "sft", "")
+    (data,) = config_from_cli([DataConfig], ["--params", str(PARAMS)], "gapo data", "data", "")
+    assert data.num_prompts == script.num_prompts and data.seed == train.seed
+    assert data.response_prefix == script.response_prefix
+    config_from_cli([SFTConfig], ["--params", str(PARAMS)], "gapo sft", "sft", "")
     for profile in ("paper", "smoke"):  # the other profiles build valid configs too
         resolved = profiles.resolve(profile, PARAMS)
-        TrainConfig(**resolved["train"]), DataConfig(**resolved["data"]), SFTConfig(**resolved["sft"])
+        configs(resolved["train"]), DataConfig(**resolved["data"]), SFTConfig(**resolved["sft"])
 
 
 def test_dataset_settings_live_in_the_data_section_only() -> None:
@@ -115,7 +114,7 @@ def test_dataset_settings_live_in_the_data_section_only() -> None:
     every profile, so the train stage's check (the dataset equals data/train.jsonl) holds by construction."""
     from gapo.repro.stages.generate import DataConfig
     from gapo.tasks.lists import list_selection_rows
-    from gapo.train import TrainConfig
+    from gapo.train import configs
 
     raw = yaml.safe_load(PARAMS.read_text(encoding="utf-8"))
     for sections in [raw, *raw["profiles"].values()]:
@@ -127,9 +126,16 @@ def test_dataset_settings_live_in_the_data_section_only() -> None:
         for section in DATA_USERS:
             assert {k: resolved[section][k] for k in settings} == settings, (profile, section)
     smoke = profiles.stage_params("train_gapo", "smoke", PARAMS)
-    train, data = TrainConfig(**smoke["train"]), DataConfig(**smoke["data"])
-    assert train.num_prompts == 16 and train.response_prefix == data.response_prefix is None  # no pre-fill (issue 14)
-    args = (train.num_prompts, train.seed, train.min_items, train.max_items, train.categories, train.response_prefix)
+    (script, train), data = configs(smoke["train"]), DataConfig(**smoke["data"])
+    assert script.num_prompts == 16 and script.response_prefix == data.response_prefix is None  # no pre-fill (issue 14)
+    args = (
+        script.num_prompts,
+        train.seed,
+        script.min_items,
+        script.max_items,
+        script.categories,
+        script.response_prefix,
+    )
     assert list_selection_rows(*args) == list_selection_rows(
         data.num_prompts, data.seed, data.min_items, data.max_items, data.categories, data.response_prefix
     )
@@ -268,9 +274,9 @@ def _checkpoint(path: Path, step: int, complete: bool = True) -> None:
 
 
 def test_prepare_run_dir_resumes_only_an_unfinished_run_of_the_same_config(tmp_path: Path) -> None:
-    from gapo.train import TrainConfig
+    from gapo.train import configs, run_config
 
-    config = dataclasses.asdict(TrainConfig(model="tiny-random", max_steps=4))
+    config = run_config(*configs({"model": "tiny-random", "max_steps": 4, "output_dir": str(tmp_path / "run")}))
     run = tmp_path / "run"
     assert training.prepare_run_dir(run, config) is False  # nothing there
     _checkpoint(run / "checkpoint-2", 2, complete=False)  # killed during its only save: nothing to resume
@@ -403,14 +409,13 @@ def test_use_removes_a_source_copy_an_older_gapo_left_in_the_workspace(tmp_path:
 
 def test_gapo_train_reads_the_active_profile(tmp_path):  # noqa: ANN001
     """`gapo train` in a profile's workspace trains what that profile's stage trains, not the embedded defaults."""
-    from gapo.config import config_from_cli
-    from gapo.train import TrainConfig
+    from gapo.train import parse_args
 
     text = PARAMS.read_text(encoding="utf-8")
     for profile, model, steps in [("embedded", "embedded", 120), ("smoke", "tiny-random", 2)]:
         params = tmp_path / f"{profile}.yaml"
         params.write_text(re.sub(r"(?m)^profile:.*$", f"profile: {profile}", text, count=1), encoding="utf-8")
-        cfg = config_from_cli(TrainConfig, ["--params", str(params)], "gapo train", "train", "")
+        script, args = parse_args(["--params", str(params)])
         expected = profiles.stage_params("train_gapo", profile, params)["train"]
-        assert (cfg.model, cfg.max_steps) == (expected["model"], expected["max_steps"])
-        assert cfg.model == model and (profile != "smoke" or cfg.max_steps == steps)
+        assert (script.model, args.max_steps) == (expected["model"], expected["max_steps"])
+        assert script.model == model and (profile != "smoke" or args.max_steps == steps)

@@ -133,8 +133,8 @@ def test_gapo_sft_reads_the_dataset_settings_of_the_data_section(tmp_path: Path)
         "data:\n  num_prompts: 6\n  seed: 3\n  max_items: 5\n  response_prefix: <answer>\nsft:\n  steps: 2\n",
         encoding="utf-8",
     )
-    config = config_from_cli(SFTConfig, ["--params", str(params)], "gapo sft", "sft", "")
+    (config,) = config_from_cli([SFTConfig], ["--params", str(params)], "gapo sft", "sft", "")
     assert (config.num_prompts, config.seed, config.min_items, config.max_items) == (6, 3, 4, 5)
     assert config.response_prefix == "<answer>" and config.steps == 2
-    flagged = config_from_cli(SFTConfig, ["--params", str(params), "--num-prompts", "2"], "gapo sft", "sft", "")
+    (flagged,) = config_from_cli([SFTConfig], ["--params", str(params), "--num-prompts", "2"], "gapo sft", "sft", "")
     assert flagged.num_prompts == 2  # flags still override

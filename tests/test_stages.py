@@ -39,7 +39,7 @@ from gapo.repro.stages import (
 )
 from gapo.repro.stages.common import StageResult, split_categories
 from gapo.tasks.open_ended import LEXICON_SOURCES, VALIDITY_UNCHECKED
-from gapo.train import TrainConfig, task_data
+from gapo.train import configs, parse_args, task_data
 
 REPO = Path(__file__).resolve().parents[1]
 PARAMS = REPO / "params.yaml"
@@ -391,11 +391,11 @@ def test_open_ended_stage_stops_before_training_without_the_list_adapter(tmp_pat
 
 
 def test_task_selects_prompts_and_reward() -> None:
-    data, rewards = task_data(TrainConfig(model="tiny-random", task="open", num_prompts=8))
+    data, rewards = task_data(*configs({"model": "tiny-random", "task": "open", "num_prompts": 8}))
     assert set(data.column_names) == {"prompt", "category"} and rewards[0].__name__ == "class_frequency"
-    data, rewards = task_data(TrainConfig(model="tiny-random", task="targets", num_prompts=8, max_items=4))
+    data, rewards = task_data(*configs({"model": "tiny-random", "task": "targets", "num_prompts": 8, "max_items": 4}))
     assert "target" in data.column_names and rewards[0].__name__ == "target_distribution"
-    data, rewards = task_data(TrainConfig(model="tiny-random", num_prompts=8))
+    data, rewards = task_data(*configs({"model": "tiny-random", "num_prompts": 8}))
     assert "target" not in data.column_names and rewards[0].__name__ == "frequency"
 
 
@@ -411,15 +411,13 @@ def test_task_selects_prompts_and_reward() -> None:
 )
 def test_bad_task_settings_are_one_line_errors(changes: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message) as err:
-        task_data(TrainConfig(model="tiny-random", num_prompts=4, **changes))
+        task_data(*configs({"model": "tiny-random", "num_prompts": 4, **changes}))
     assert "\n" not in str(err.value)
 
 
 def test_task_reaches_the_command_line() -> None:
-    from gapo.config import config_from_cli
-
-    cfg = config_from_cli(TrainConfig, ["--task", "open", "--equivalence", "exact"], "gapo train", "train", "")
-    assert (cfg.task, cfg.equivalence) == ("open", "exact")
+    script, _ = parse_args(["--task", "open", "--equivalence", "exact"])
+    assert (script.task, script.equivalence) == ("open", "exact")
 
 
 # --------------------------------------------------------------------------------------------------------------------

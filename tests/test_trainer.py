@@ -139,20 +139,21 @@ def test_missing_reward_column_is_one_line_before_any_generation(tiny_gapo_train
 
 
 def test_every_config_takes_the_paper_defaults_from_one_home(tmp_path):  # noqa: ANN001
-    """GAPOConfig, TrainConfig, SFTConfig and DataConfig default to `gapo.defaults` (the paper's Appendix F)."""
+    """GAPOConfig, `gapo train`'s ScriptArguments, SFTConfig and DataConfig default to `gapo.defaults` (the paper's
+    Appendix F)."""
     import dataclasses
 
     from gapo import defaults
     from gapo.repro.sft import SFTConfig
     from gapo.repro.stages.generate import DataConfig
-    from gapo.train import TrainConfig
+    from gapo.train import ScriptArguments
 
     assert (defaults.LEARNING_RATE.value, defaults.NUM_GENERATIONS.value) == (1e-5, 32)
     assert (defaults.LORA_R.value, defaults.LORA_ALPHA.value, defaults.LORA_DROPOUT.value) == (64, 32, 0.1)
-    configs = [GAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32), TrainConfig(), SFTConfig()]
+    configs = [GAPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=32), SFTConfig()]
     shared = {name.lower(): d for name, d in vars(defaults).items() if isinstance(d, defaults.Default)}
     data = {"num_prompts", "seed", "min_items", "max_items", "categories", "response_prefix"}
-    for config in [*configs, DataConfig()]:
+    for config in [*configs, ScriptArguments(), DataConfig()]:
         fields = {f.name for f in dataclasses.fields(config)} & set(shared)
         if isinstance(config, GAPOConfig):  # a TRL config: its seed is TRL's, and it builds no data
             fields -= data

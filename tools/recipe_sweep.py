@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-#: name -> (what changes, TrainConfig overrides on top of the embedded `train` section).
+#: name -> (what changes, `train` settings (gapo.train.configs) on top of the embedded `train` section).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "committed": ("the embedded recipe as committed (lr 3e-4, LoRA r16 on attention, beta 0)", {}),
     "lr_1e-4": ("learning rate 1e-4", {"learning_rate": 1e-4}),
@@ -59,7 +59,7 @@ CURVE_KEYS = (
 def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) -> dict[str, Any]:
     """Train one variant from the embedded `train` section; returns its summary and per-step curves."""
     from gapo.repro import profiles
-    from gapo.train import TrainConfig, read_metrics, train
+    from gapo.train import configs, read_metrics, train
 
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
     batch = section["per_device_train_batch_size"] * section["gradient_accumulation_steps"]
@@ -69,7 +69,7 @@ def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) 
     steps = max(1, round(steps * batch / variant_batch))
     section.update(max_steps=steps, save_steps=steps, output_dir=str(root / name))
     started = time.perf_counter()
-    summary = train(TrainConfig(**section))
+    summary = train(*configs(section))
     seconds = time.perf_counter() - started
     rows = read_metrics(root / name / "metrics.jsonl")
     curves = {k: [r.get(k) for r in rows] for k in CURVE_KEYS}

@@ -242,7 +242,7 @@ def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, losses: list[fl
 def cli(argv: list[str] | None = None) -> int:
     """``gapo sft``: flags override params.yaml [sft], which overrides `SFTConfig` defaults."""
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    config = config_from_cli(SFTConfig, argv, "gapo sft", "sft", "Appendix G SFT baseline (summed per-item NLL).")
+    (config,) = config_from_cli([SFTConfig], argv, "gapo sft", "sft", "Appendix G SFT baseline (summed per-item NLL).")
     result = train_sft(config)
     print(f"saved the SFT adapter to {result.output_dir} (final loss {result.losses[-1]:.4f})")
     return 0

@@ -80,7 +80,7 @@ def data_summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    cfg = config_from_cli(DataConfig, argv, "gapo data", "data", "Write the synthetic list-selection dataset.")
+    (cfg,) = config_from_cli([DataConfig], argv, "gapo data", "data", "Write the synthetic list-selection dataset.")
     counts = write_dataset(cfg)
     print(json.dumps({"out": cfg.out, "rows": sum(counts.values()), "per_category": counts}))
     return 0

@@ -18,7 +18,7 @@ import pandas as pd
 from gapo.io import read_jsonl
 from gapo.repro.stages.common import StageResult
 from gapo.repro.stages.training import train_adapter, training_log
-from gapo.train import TrainConfig
+from gapo.train import configs
 
 FILES = {"train": "results/train_gapo.csv"}
 
@@ -54,7 +54,7 @@ def run(
     dataset = datasets.Dataset.from_list(read_jsonl(P["data"]["out"]))  # the generate stage's file, as DVC tracks it
     summaries, logs = {}, []
     for name, base_model in P["policies"].items():
-        config = TrainConfig(**{**P["train"], "model": base_model, "output_dir": str(Path(runs_dir) / f"gapo-{name}")})
+        config = configs({**P["train"], "model": base_model, "output_dir": str(Path(runs_dir) / f"gapo-{name}")})
         summaries[name] = train_adapter(config, Path(adapters_dir) / name, title=name, dataset=dataset)
         logs.append(training_log(config).assign(policy=name))
     log = pd.concat(logs, ignore_index=True)

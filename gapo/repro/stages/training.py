@@ -1,4 +1,4 @@
-"""What the training stages share (train_gapo, open_ended, targets): their TrainConfig, resumable run dirs, the
+"""What the training stages share (train_gapo, open_ended, targets): their configs, resumable run dirs, the
 adapter copy, the training log.
 
 Why a module of its own: only those stages import it, so a change to the trainer reruns the training stages and the
@@ -7,7 +7,6 @@ ones downstream of their adapters, not `generate` (dvc.yaml's code deps follow t
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from collections.abc import Mapping, Sequence
@@ -18,7 +17,7 @@ import pandas as pd
 
 from gapo.checkpoints import last_checkpoint
 from gapo.io import atomic_dir, read_jsonl, write_json_atomic
-from gapo.train import TrainConfig, task_data, train
+from gapo.train import ScriptArguments, configs, run_config, task_data, train
 
 
 def trained_spec(base: Mapping[str, Any], adapter: str, label: str) -> dict[str, Any]:
@@ -28,38 +27,40 @@ def trained_spec(base: Mapping[str, Any], adapter: str, label: str) -> dict[str,
 
 def train_config(
     train: Mapping[str, Any], section: Mapping[str, Any], keys: Sequence[str], model: str, task: str
-) -> TrainConfig:
-    """The TrainConfig of a stage's own run: the `train` section, the stage's `keys` on top, its model, task and
-    run dir (``section["output_dir"]``). Built, and so checked, before anything trains: a bad value is one line."""
+) -> tuple[ScriptArguments, Any]:
+    """The (ScriptArguments, GAPOConfig) of a stage's own run (`gapo.train.configs`): the `train` section, the
+    stage's `keys` on top, its model, task and run dir (``section["output_dir"]``). Built, and so checked, before
+    anything trains: a bad value is one line."""
     changes = {k: section[k] for k in keys if k in section}
-    return TrainConfig(**{**train, **changes, "model": model, "task": task, "output_dir": section["output_dir"]})
+    return configs({**train, **changes, "model": model, "task": task, "output_dir": section["output_dir"]})
 
 
 def train_adapter(
-    config: TrainConfig, adapter: str | Path, title: str | None = None, dataset: Any | None = None
+    config: tuple[ScriptArguments, Any], adapter: str | Path, title: str | None = None, dataset: Any | None = None
 ) -> dict[str, Any]:
-    """Train `config` in its run dir on `dataset` (default: the one its task builds, `gapo.train.task_data`) and copy
-    the adapter to `adapter`; the run's summary.
+    """Train `config` (ScriptArguments, GAPOConfig) in its run dir on `dataset` (default: the one its task builds,
+    `gapo.train.task_data`) and copy the adapter to `adapter`; the run's summary.
 
     The task's data and reward are checked first (`task_data`), so a bad setting leaves the run dir as it was. An
     interrupted run of the same config is resumed (`prepare_run_dir`): a killed `dvc repro` loses at most one
     save interval. The summary is also written next to the adapter (``train_summary.json``).
     """
-    task_data(config, dataset)
-    config.resume = prepare_run_dir(config.output_dir, dataclasses.asdict(config))
+    script, args = config
+    task_data(script, args, dataset)
+    script.resume = prepare_run_dir(args.output_dir, run_config(script, args))
     print(
-        f"{title or config.task}: {config.model}, {config.max_steps} steps, G={config.num_generations}, "
-        f"resume={config.resume}"
+        f"{title or script.task}: {script.model}, {args.max_steps} steps, G={args.num_generations}, "
+        f"resume={script.resume}"
     )
-    summary = train(config, dataset)
-    copy_dir(Path(config.output_dir) / "adapter", adapter)
+    summary = train(script, args, dataset)
+    copy_dir(Path(args.output_dir) / "adapter", adapter)
     write_json_atomic(Path(adapter) / "train_summary.json", summary, indent=2)
     return summary
 
 
-def training_log(config: TrainConfig) -> pd.DataFrame:
+def training_log(config: tuple[ScriptArguments, Any]) -> pd.DataFrame:
     """The run's per-step metrics (its metrics.jsonl) as a table."""
-    return pd.DataFrame(read_jsonl(Path(config.output_dir) / "metrics.jsonl"))
+    return pd.DataFrame(read_jsonl(Path(config[1].output_dir) / "metrics.jsonl"))
 
 
 def train_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
