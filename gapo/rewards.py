@@ -379,6 +379,8 @@ class FrequencyReward(GroupReward):
 
     name = "frequency"
     columns = ("items",)
+    #: What an invalid completion gets: the paper's -1, or None (unscored) in `ValidFrequencyReward`.
+    invalid: float | None = INVALID_REWARD
 
     def __init__(self) -> None:
         super().__init__(check_rows=validate_items_column)
@@ -390,12 +392,12 @@ class FrequencyReward(GroupReward):
         items: list[Sequence[str]],
         log_metric: Callable[[str, float], None] | None = None,
         **kwargs: Any,
-    ) -> list[float]:
+    ) -> list[Any]:
         answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
-        rewards = frequency_aware_rewards(answers, items[0])
+        paper = frequency_aware_rewards(answers, items[0])
         log_group_diversity(log_metric, answers, items[0])
-        log_advantage_split(log_metric, rewards, answers)
-        return rewards
+        log_advantage_split(log_metric, paper, answers)
+        return paper if self.invalid == INVALID_REWARD else frequency_aware_rewards(answers, items[0], self.invalid)
 
 
 def log_advantage_split(
@@ -408,7 +410,7 @@ def log_advantage_split(
         log_metric(name, value)
 
 
-class ValidFrequencyReward(GroupReward):
+class ValidFrequencyReward(FrequencyReward):
     """The frequency part of `FrequencyReward` alone: 1 - (f_o - 1/L) for a valid answer, None (unscored) otherwise.
 
     Paired with `answer_format_reward` under `GAPOConfig.split_format_reward`: TRL then normalises each reward within
@@ -418,23 +420,7 @@ class ValidFrequencyReward(GroupReward):
     """
 
     name = "valid_frequency"
-    columns = ("items",)
-
-    def __init__(self) -> None:
-        super().__init__(check_rows=validate_items_column)
-
-    def __call__(
-        self,
-        prompts: list[Any],
-        completions: list[Any],
-        items: list[Sequence[str]],
-        log_metric: Callable[[str, float], None] | None = None,
-        **kwargs: Any,
-    ) -> list[float | None]:
-        answers = [match_item(a, items[0]) for a in group_answers(prompts, completions)]
-        log_group_diversity(log_metric, answers, items[0])
-        log_advantage_split(log_metric, frequency_aware_rewards(answers, items[0]), answers)
-        return frequency_aware_rewards(answers, items[0], invalid=None)
+    invalid = None
 
 
 def answer_format_reward(

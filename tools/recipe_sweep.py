@@ -26,6 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from gapo.io import write_text_atomic
+from gapo.repro import profiles
+from gapo.repro.experiments import uniformity
+from gapo.repro.stages.train_gapo import LOG_COLUMNS
+from gapo.sampling import make_sampler
+from gapo.train import configs, read_metrics, train
+
 #: name -> (what changes, `train` settings (gapo.train.configs) on top of the embedded `train` section).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "committed": ("the embedded recipe as committed (lr 3e-4, LoRA r16 on attention, beta 0)", {}),
@@ -42,25 +49,12 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "4prompts": ("4 prompts a step, G=16 (half the steps)", {"per_device_train_batch_size": 64}),
 }
 
-#: Logged per step and kept as curves.
-CURVE_KEYS = (
-    "reward",
-    "diversity/valid_fraction",
-    "diversity/group_jsd",
-    "diversity/freq_spread",
-    "diversity/first_item_share",
-    "advantage/invalid",
-    "advantage/valid_shift",
-    "advantage/valid_spread",
-    "train/frac_zero_std_groups",
-)
+#: Logged per step and kept as curves: the training stage's columns (results/train_gapo.csv) that are metrics.
+CURVE_KEYS = tuple(k for k in LOG_COLUMNS if k not in ("policy", "step", "loss", "rollouts", "step_time"))
 
 
 def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) -> dict[str, Any]:
     """Train one variant from the embedded `train` section; returns its summary and per-step curves."""
-    from gapo.repro import profiles
-    from gapo.train import configs, read_metrics, train
-
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
     batch = section["per_device_train_batch_size"] * section["gradient_accumulation_steps"]
     section.update(overrides)
@@ -83,10 +77,6 @@ def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) 
 
 def score(adapter: Path | None, n: int, num_lists: int, seed: int) -> dict[str, float]:
     """Mean JSD from uniform and invalid rate on the unseen lists, no pre-fill, the evaluation's own sampling."""
-    from gapo.repro import profiles
-    from gapo.repro.experiments import uniformity
-    from gapo.sampling import make_sampler
-
     P = profiles.stage_params("uniformity", "embedded")
     sampling = {k: v for k, v in P["sampling"].items() if k not in ("backend",)}
     sampler = make_sampler(
@@ -106,8 +96,6 @@ def score(adapter: Path | None, n: int, num_lists: int, seed: int) -> dict[str, 
 
 def write_report(document: dict[str, Any], out: Path) -> None:
     """results JSON, the curves figure and the markdown table (docs/recipe_sweep.md)."""
-    from gapo.io import write_text_atomic
-
     write_text_atomic(out / "recipe_sweep.json", json.dumps(document, indent=2) + "\n")
     runs = {k: v for k, v in document["runs"].items() if "curves" in v}
     keys = [k for k in CURVE_KEYS if any(any(v is not None for v in r["curves"].get(k, [])) for r in runs.values())]
