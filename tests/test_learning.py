@@ -16,12 +16,12 @@ from gapo.rewards import extract_answer, frequency_reward
 from gapo.tasks.lists import chat_prompt, list_prompt
 from gapo.trainer import GAPOConfig, GAPOTrainer
 
+MAX_TOKENS = 10  # "<answer>X</answer>" and EOS
 ITEMS = ["A", "B", "C", "D"]  # single tokens after "<answer>": a tiny model can represent the distribution
-PREFIX = "<answer>"
 
 
 def sample_answers(model, tokenizer, n: int, seed: int) -> list[str | None]:  # noqa: ANN001
-    text = chat.render(tokenizer, chat_prompt(list_prompt(ITEMS), PREFIX))
+    text = chat.render(tokenizer, chat_prompt(list_prompt(ITEMS)))
     ids = tokenizer(text, return_tensors="pt").input_ids
     torch.manual_seed(seed)
     with torch.no_grad():
@@ -30,23 +30,24 @@ def sample_answers(model, tokenizer, n: int, seed: int) -> list[str | None]:  # 
             do_sample=True,
             temperature=1.0,
             top_p=1.0,
-            max_new_tokens=6,
+            max_new_tokens=MAX_TOKENS,
             num_return_sequences=n,
             pad_token_id=tokenizer.pad_token_id,
         )
     texts = tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
-    return [extract_answer(PREFIX + t) for t in texts]
+    return [extract_answer(t) for t in texts]
 
 
-def collapse(model, tokenizer, weights=(0.85, 0.05, 0.05, 0.05), steps: int = 50) -> None:  # noqa: ANN001
+def collapse(model, tokenizer, weights=(0.85, 0.05, 0.05, 0.05), steps: int = 150) -> None:  # noqa: ANN001
     """Fit the model to a mode-collapsed answer distribution: mostly ITEMS[0], the others rarely (as the real model,
     which still samples its minority answers; a policy that never samples an item cannot be taught it by RL)."""
-    prompt = chat.render(tokenizer, chat_prompt(list_prompt(ITEMS), PREFIX))
-    # Tokenised apart, as in generation: "<answer>" + "Lion" would otherwise merge into the token ">L".
+    prompt = chat.render(tokenizer, chat_prompt(list_prompt(ITEMS)))  # no pre-fill: the model writes the format
     prompt_ids = tokenizer(prompt).input_ids
     answers = [
-        tokenizer(f"{item}</answer>", add_special_tokens=False).input_ids + [tokenizer.eos_token_id] for item in ITEMS
+        tokenizer(f"<answer>{item}</answer>", add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
+        for item in ITEMS
     ]
+    assert max(map(len, answers)) <= MAX_TOKENS
     width = len(prompt_ids) + max(map(len, answers))
     ids = torch.full((len(ITEMS), width), tokenizer.pad_token_id)
     labels = torch.full((len(ITEMS), width), -100)
@@ -80,16 +81,16 @@ def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
     collapse(model, tokenizer)
     before = sample_answers(model, tokenizer, 64, seed=0)
     jsd_before = jsd_from_uniform(before, ITEMS)
-    # Collapsed onto the first item (measured here: JSD 0.48 from uniform).
-    assert jsd_before > 0.3 and max(ITEMS, key=before.count) == ITEMS[0], before
+    # Collapsed onto the first item, no pre-fill: the model writes the format itself (measured here: JSD 0.236).
+    assert jsd_before > 0.2 and max(ITEMS, key=before.count) == ITEMS[0], before
 
-    rows = [{"prompt": chat_prompt(list_prompt(ITEMS), PREFIX), "items": ITEMS}] * 64
+    rows = [{"prompt": chat_prompt(list_prompt(ITEMS)), "items": ITEMS}] * 64
     args = GAPOConfig(
         output_dir=str(tmp_path / "gapo"),
         num_generations=16,
         per_device_train_batch_size=16,
         max_steps=15,
-        max_completion_length=6,
+        max_completion_length=MAX_TOKENS,
         learning_rate=1e-3,
         logging_steps=5,
         save_strategy="no",
@@ -107,5 +108,5 @@ def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
     after = sample_answers(trainer.model.eval(), tokenizer, 64, seed=0)
     jsd_after = jsd_from_uniform(after, ITEMS)
     print(f"JSD before {jsd_before:.3f} after {jsd_after:.3f}; after: {sorted(map(str, after))}")
-    assert jsd_after < jsd_before - 0.1  # measured here: 0.48 -> 0.24
+    assert jsd_after < jsd_before - 0.1  # measured here: 0.236 -> 0.116 (split_format_reward: 0.110)
     assert len({a for a in after if a in ITEMS}) >= 3
