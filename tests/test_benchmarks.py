@@ -529,7 +529,7 @@ def test_end_to_end_on_tiny_random(tiny, tmp_path):
 
 
 def test_default_creativity_uses_gapo_experiments_at_each_temperature(monkeypatch, tiny):
-    import gapo.repro.experiments
+    from gapo.repro.benchmarks import runner
     from gapo.repro.benchmarks.runner import experiments_creativity, sampling_generate
 
     calls = []
@@ -541,7 +541,7 @@ def test_default_creativity_uses_gapo_experiments_at_each_temperature(monkeypatc
         calls.append((sampler.params.temperature, kwargs))
         return Result()
 
-    monkeypatch.setattr(gapo.repro.experiments, "creativity", fake_creativity)
+    monkeypatch.setattr(runner, "run_creativity", fake_creativity)  # gapo.repro.experiments.creativity, as imported
     sampler = sampling_generate(*tiny)
     creativity = experiments_creativity({"gapo": sampler}, n=4, num_prompts=2)
     assert creativity("gapo", 1.1) == 0.25
