@@ -51,7 +51,8 @@ from gapo.repro import prompts as ep
 from gapo.repro.experiments import compare
 from gapo.repro.stages.open_set import asked_questions
 from gapo.sampling import chat_completions_url, make_sampler
-from gapo.sampling.params import BACKENDS, SamplingError, one_line
+from gapo.sampling.cli import add_decoding_args, add_model_args
+from gapo.sampling.params import SamplingError, one_line
 
 SUITES = ("lists", "open", "creativity")
 #: Completion length per suite: room for ``<answer>item</answer>`` and a little preamble; a poem for creativity.
@@ -73,10 +74,7 @@ HEADLINES = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="gapo eval", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", required=True, help="hub id, local dir, 'embedded', 'tiny-random' or API model name")
-    parser.add_argument("--adapter", default=None, help="LoRA adapter directory trained on --model")
-    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
-    parser.add_argument("--endpoint", default=None, help="OpenAI-compatible base URL for --backend openai")
+    add_model_args(parser)
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds the endpoint has to answer the probe")
     parser.add_argument("--suite", default=",".join(SUITES), help=f"comma-separated, of: {', '.join(SUITES)}")
     parser.add_argument("-n", type=int, default=100, help="samples per list / question / prompt (at least 2)")
@@ -84,15 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--questions", default=None, help="YAML or JSONL of open questions (name, question)")
     parser.add_argument("--compare", default=None, help="a second model, M2 or M2:ADAPTER, on the same prompts")
     parser.add_argument("--out", required=True, help="output directory (eval.json, eval.png, samples.jsonl)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--min-p", type=float, default=0.0)
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="default per suite: " + str(MAX_NEW_TOKENS))
-    parser.add_argument("--batch-size", type=int, default=None, help="rows decoded together (memory cap)")
+    add_decoding_args(parser, max_new_tokens=None, max_new_tokens_help="default per suite: " + str(MAX_NEW_TOKENS))
     parser.add_argument("--encoder", default=None, help="sentence encoder of creativity (default: MPNet, the paper's)")
     parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of every interval")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     return parser
 
 

@@ -11,8 +11,33 @@ from pathlib import Path
 
 from gapo.config import OneLineErrorParser
 from gapo.io import write_jsonl_atomic
+from gapo.models import ModelLoadError
 from gapo.sampling.params import BACKENDS, SamplingError, one_line
 from gapo.sampling.sampler import make_sampler, sample_records
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """What to sample from: the flags `gapo sample` and `gapo eval` share (one definition, one help text)."""
+    parser.add_argument("--model", required=True, help="hub id, local dir, 'embedded', 'tiny-random' or API model name")
+    parser.add_argument("--adapter", default=None, help="LoRA adapter directory trained on --model")
+    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
+    parser.add_argument("--endpoint", default=None, help="OpenAI-compatible base URL for --backend openai")
+
+
+def add_decoding_args(
+    parser: argparse.ArgumentParser, *, max_new_tokens: int | None, max_new_tokens_help: str | None = None
+) -> None:
+    """How to sample: seed, temperature, top-p, min-p, completion length, batch size and progress bars.
+
+    ``max_new_tokens`` is the command's default (``None`` where it depends on something else, e.g. `gapo eval`'s suite).
+    """
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--top-p", type=float, default=1.0)
+    parser.add_argument("--min-p", type=float, default=0.0)
+    parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help=max_new_tokens_help)
+    parser.add_argument("--batch-size", type=int, default=None, help="rows decoded together (memory cap)")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,29 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gapo sample",
         description="Draw N samples of one prompt (sent as a user chat message) and write them as JSON lines.",
     )
-    parser.add_argument("--model", required=True, help="hub id, local dir, 'embedded', 'tiny-random' or API model name")
-    parser.add_argument("--adapter", default=None, help="LoRA adapter directory trained on --model")
+    add_model_args(parser)
     parser.add_argument("--prompt", required=True, help="the user message")
     parser.add_argument("-n", type=int, required=True, help="number of samples")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--top-p", type=float, default=1.0)
-    parser.add_argument("--min-p", type=float, default=0.0)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--response-prefix", default=None, help="pre-filled start of the answer, e.g. '<answer>'")
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=None, help="rows decoded together (memory cap)")
-    parser.add_argument("--backend", choices=BACKENDS, default="transformers")
-    parser.add_argument("--endpoint", default=None, help="OpenAI-compatible base URL for --backend openai")
+    add_decoding_args(parser, max_new_tokens=64)
     parser.add_argument("--out", required=True, help="output .jsonl file (written atomically)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
 
 
 def cli(argv: list[str] | None = None) -> int:
     """``gapo sample``: returns 0 on success, 2 with a one-line ``error:`` message on bad input or failure."""
     args = build_parser().parse_args(argv)
-    from gapo.models import ModelLoadError
-
     try:
         if args.n <= 0:
             raise ValueError(f"-n must be a positive integer, got {args.n}")
