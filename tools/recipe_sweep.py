@@ -43,10 +43,20 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "kl_0.04": ("a KL term to the reference, beta 0.04", {"beta": 0.04}),
     # issue 19's hypotheses, each on the embedded recipe of params.yaml, at the same number of rollouts
-    "embedded": ("the embedded recipe of params.yaml (the paper's reward)", {}),
+    "embedded": ("the embedded recipe of params.yaml", {}),
+    "paper_reward": ("the paper's single reward (-1 for an invalid answer)", {"split_format_reward": False}),
     "split_format": ("format and frequency normalised apart (split_format_reward)", {"split_format_reward": True}),
     "g32_1prompt": ("G=32, one prompt a step (same rollouts a step)", {"num_generations": 32}),
     "4prompts": ("4 prompts a step, G=16 (half the steps)", {"per_device_train_batch_size": 64}),
+    # the H100 recipe of issue 19 (8 prompts, lr 2e-4, LoRA on every linear layer) at what 2 cores can afford
+    "4prompts_lr2e-4_all_linear": (
+        "4 prompts a step, G=16, lr 2e-4, LoRA r16 on every linear layer",
+        {
+            "per_device_train_batch_size": 64,
+            "learning_rate": 2e-4,
+            "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        },
+    ),
 }
 
 #: Logged per step and kept as curves: the training stage's columns (results/train_gapo.csv) that are metrics.
