@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from gapo.defaults import LORA_TARGET_MODULES
 from gapo.io import write_text_atomic
 from gapo.repro import profiles
 from gapo.repro.experiments import uniformity
@@ -33,13 +34,16 @@ from gapo.repro.stages.train_gapo import LOG_COLUMNS
 from gapo.sampling import make_sampler
 from gapo.train import configs, read_metrics, train
 
+#: Every attention and MLP projection: the paper's LoRA targets (gapo.defaults), which the embedded recipe narrows.
+ALL_LINEAR = list(LORA_TARGET_MODULES.value)
+
 #: name -> (what changes, `train` settings (gapo.train.configs) on top of the embedded `train` section).
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "committed": ("the embedded recipe as committed (lr 3e-4, LoRA r16 on attention, beta 0)", {}),
     "lr_1e-4": ("learning rate 1e-4", {"learning_rate": 1e-4}),
     "all_linear": (
         "LoRA r16 on every linear layer (attention + MLP)",
-        {"lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]},
+        {"lora_target_modules": ALL_LINEAR},
     ),
     "kl_0.04": ("a KL term to the reference, beta 0.04", {"beta": 0.04}),
     # issue 19's hypotheses, each on the embedded recipe of params.yaml, at the same number of rollouts
@@ -54,7 +58,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
         {
             "per_device_train_batch_size": 64,
             "learning_rate": 2e-4,
-            "lora_target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+            "lora_target_modules": ALL_LINEAR,
         },
     ),
 }
