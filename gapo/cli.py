@@ -14,7 +14,7 @@ from gapo.models import ModelLoadError
 #: subcommand -> (module, one-line description)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("gapo.train", "train a LoRA adapter with GAPO on synthetic list prompts"),
-    "sample": ("gapo.sampling.cli", "sample N completions of one prompt to JSONL"),
+    "sample": ("gapo.repro.sampling.cli", "sample N completions of one prompt to JSONL"),
     "data": ("gapo.repro.stages.generate", "write the synthetic list-selection dataset to JSONL"),
     "sft": ("gapo.repro.sft", "train the SFT baseline adapter (Appendix G) on the same list prompts"),
     "pipeline": ("gapo.repro.pipeline", "pipeline profiles: check, use, show"),

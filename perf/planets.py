@@ -14,8 +14,8 @@ from collections import Counter
 from gapo.metrics import jsd_from_uniform
 from gapo.models import load_model_and_tokenizer
 from gapo.repro.prompts import UNIFORMITY_LISTS, list_prompt, user_message
+from gapo.repro.sampling import sample_completions
 from gapo.rewards import extract_answer
-from gapo.sampling import sample_completions
 
 
 def main() -> None:

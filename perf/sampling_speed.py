@@ -3,7 +3,7 @@
 Workload: N samples (default 100) of one list prompt (the planets list of section 6.1), temperature 1.0, top-p 1,
 the same completion cap for every variant. Variants:
 
-- ``batched``: `gapo.sampling.sample_completions` (one prompt forward, KV cache expanded to the N rows, own
+- ``batched``: `gapo.repro.sampling.sample_completions` (one prompt forward, KV cache expanded to the N rows, own
   decoding loop that drops rows at EOS).
 - ``trainer``: what GAPOTrainer samples its rollouts with (`gapo.prefix.trainer_rollouts` without the trainer):
   TRL 1.14.2's generation config for the same settings, resolved by `gapo.prefix.decoding_from_generation_config`,
@@ -45,9 +45,9 @@ from gapo.metrics import jsd_from_uniform
 from gapo.models import load_model_and_tokenizer
 from gapo.prefix import decode_rows, decoding_from_generation_config, encode_prompts
 from gapo.repro.prompts import UNIFORMITY_LISTS, list_prompt, user_message
+from gapo.repro.sampling import sample_completions
+from gapo.repro.sampling.transformers_backend import _chunk_seed
 from gapo.rewards import extract_answer
-from gapo.sampling import sample_completions
-from gapo.sampling.transformers_backend import _chunk_seed
 
 VARIANTS = ("batched", "trainer", "generate", "loop")
 

@@ -285,7 +285,7 @@ WRONG = {
 
 class Fixed:
     """A `Generate` answering the first `right` problems with known-correct text, the rest with `WRONG`; for
-    HumanEval it returns the pre-filled reply start too, as gapo.sampling does. Records each call."""
+    HumanEval it returns the pre-filled reply start too, as gapo.repro.sampling does. Records each call."""
 
     def __init__(self, name: str, right: int | dict[int, int]):
         self.name, self.answers, self.right = name, _right_answers(name), right

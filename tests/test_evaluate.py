@@ -87,10 +87,11 @@ def test_an_adapter_of_another_base_model_is_one_line(capsys, tmp_path: Path) ->
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "Qwen/Qwen2.5-7B-Instruct"}))
     argv = ["--model", "tiny-random", "--adapter", str(adapter), "--out", str(tmp_path / "ev")]
     _fails(capsys, argv, f"adapter '{adapter}' was trained on 'Qwen/Qwen2.5-7B-Instruct', not on 'tiny-random'")
-    from gapo.models import model_dir
+    from gapo.models import resolve_model_path
 
     # the same base recorded as a directory with the same configuration passes the check (it is that model)
-    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": model_dir("tiny-random")}))
+    base = resolve_model_path("tiny-random")
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
     evaluate.check_adapter_base("tiny-random", str(adapter))
 
 
@@ -113,9 +114,9 @@ def test_an_endpoint_that_does_not_answer_in_time_is_one_line(capsys, tmp_path: 
 
 
 def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    from gapo.models import model_dir
+    from gapo.models import resolve_model_path
 
-    same_weights = model_dir("tiny-random")  # the same model by another name: every paired difference is 0
+    same_weights = resolve_model_path("tiny-random")  # the same model by another name: every paired difference is 0
     out = tmp_path / "ev"
     argv = ["--model", "tiny-random", "--compare", same_weights, "--suite", "lists,open", "-n", "3"]
     assert main(["eval", *argv, "--max-new-tokens", "4", "--resamples", "50", "--out", str(out)]) == 0
@@ -138,9 +139,9 @@ def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, ca
 
 
 def test_eval_creativity_suite_on_tiny_random(tmp_path: Path, capsys) -> None:  # noqa: ANN001
-    from gapo.models import model_dir
+    from gapo.models import resolve_model_path
 
-    out, same_weights = tmp_path / "ev", model_dir("tiny-random")
+    out, same_weights = tmp_path / "ev", resolve_model_path("tiny-random")
     argv = ["--model", "tiny-random", "--compare", same_weights, "--suite", "creativity", "-n", "2", "--out", str(out)]
     assert main(["eval", *argv, "--max-new-tokens", "6", "--encoder", "all-MiniLM-L6-v2", "--resamples", "50"]) == 0
     assert "creativity/one_minus_self_bleu" in capsys.readouterr().out
@@ -245,7 +246,8 @@ def vllm_server(model_path: str, name: str, start_timeout_s: float = 540.0) -> I
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A random Qwen2 with the real tokenizer and head_dim 64 (vLLM's CPU attention has no kernel for tiny-random's 4),
     served by vLLM on 127.0.0.1."""
-    from gapo.models import TinyRandomSpec, load_tokenizer, tiny_random_model
+    from gapo.models import load_tokenizer
+    from gapo.repro.offline import TinyRandomSpec, tiny_random_model
 
     directory = tmp_path_factory.mktemp("served") / "model"
     tokenizer = load_tokenizer("tiny-random")
@@ -254,6 +256,20 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tokenizer.save_pretrained(directory)
     with vllm_server(str(directory), "tiny64") as url:
         yield url
+
+
+@pytest.mark.vllm
+def test_openai_backend_draws_no_sample_twice_from_vllm(served: str) -> None:
+    """vLLM seeds a request's k-th choice with seed + k: requests seeded 0, 1, ... returned shifted copies of each
+    other's samples. Random 16-token texts from a random model are all distinct unless a seed repeats."""
+    from gapo.repro.sampling import OpenAIBackend, SamplingParams
+
+    backend = OpenAIBackend(served, "tiny64", max_n_per_request=4)
+    prompts = [[{"role": "user", "content": "Name a planet."}]]
+    texts = backend.generate(prompts, 12, SamplingParams(seed=0, temperature=1.0, max_new_tokens=16))[0]
+    assert len(texts) == 12 and len(set(texts)) == 12, texts
+    again = backend.generate(prompts, 12, SamplingParams(seed=0, temperature=1.0, max_new_tokens=16))[0]
+    assert again == texts  # seeded: the same run twice gives the same samples
 
 
 @pytest.mark.vllm

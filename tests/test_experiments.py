@@ -25,7 +25,7 @@ from gapo.repro.experiments import (
     parse_item,
     uniformity,
 )
-from gapo.sampling import Sampler, SamplingParams, TransformersBackend
+from gapo.repro.sampling import Sampler, SamplingParams, TransformersBackend
 
 
 @pytest.fixture()

@@ -11,7 +11,8 @@ import torch
 
 from gapo import chat
 from gapo.metrics import jsd_from_uniform
-from gapo.models import TinyRandomSpec, load_model_and_tokenizer
+from gapo.models import load_tokenizer
+from gapo.repro.offline import TinyRandomSpec, tiny_random_model
 from gapo.rewards import extract_answer, frequency_reward
 from gapo.tasks.lists import chat_prompt, list_prompt
 from gapo.trainer import GAPOConfig, GAPOTrainer
@@ -77,7 +78,8 @@ def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
     spec = TinyRandomSpec(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, seed=1
     )
-    model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu", tiny_spec=spec)
+    tokenizer = load_tokenizer("tiny-random")
+    model = tiny_random_model(tokenizer, spec)
     collapse(model, tokenizer)
     before = sample_answers(model, tokenizer, 64, seed=0)
     jsd_before = jsd_from_uniform(before, ITEMS)

@@ -12,25 +12,27 @@ from hypothesis import strategies as st
 from gapo.equivalence import EmbeddingClusters, Equivalence, Normalized
 from gapo.metrics import (
     INVALID,
-    Interval,
     answer_distribution,
-    cosine_distance_to_others,
     coverage,
     jensen_shannon,
     jsd_from_uniform,
     jsd_to_target,
     jsd_valid_from_uniform,
     match_item,
-    mean_pairwise_cosine_distance,
     normalize_answer,
+    top_share,
+)
+from gapo.repro.experiments import parse_item
+from gapo.repro.scores import (
+    Interval,
+    cosine_distance_to_others,
+    mean_pairwise_cosine_distance,
     self_bleu,
     sentence_self_bleu,
     stratified_bootstrap,
-    top_share,
     unique_at,
     unique_curve,
 )
-from gapo.repro.experiments import parse_item
 from gapo.rewards import extract_answer
 
 ITEMS = ["a", "b", "c", "d"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gapo import models
+from gapo.repro import offline
 
 
 @pytest.fixture()
@@ -19,28 +20,28 @@ def private_cache(tmp_path, monkeypatch):  # noqa: ANN001, ANN201
 
 
 def test_gguf_is_assembled_verified_and_repaired(private_cache):  # noqa: ANN001
-    path = models.embedded_gguf_path()
-    assert path.stat().st_size == models.EMBEDDED_GGUF_SIZE
-    assert models.sha256_file(path) == models.EMBEDDED_GGUF_SHA256
+    path = offline.embedded_gguf_path()
+    assert path.stat().st_size == offline.EMBEDDED_GGUF_SIZE
+    assert offline.sha256_file(path) == offline.EMBEDDED_GGUF_SHA256
     # Truncate it (an interrupted copy): the next call re-assembles a good file.
     with open(path, "r+b") as f:
         f.truncate(1000)
-    assert models.embedded_gguf_path() == path and path.stat().st_size == models.EMBEDDED_GGUF_SIZE
+    assert offline.embedded_gguf_path() == path and path.stat().st_size == offline.EMBEDDED_GGUF_SIZE
     # Corrupt it in place with the same size, after it was verified: every use re-checks the hash, so it is
     # re-assembled instead of being converted (an old `.verified` marker is not trusted).
     path.with_suffix(".verified").touch()
     with open(path, "r+b") as f:
         f.seek(4096)
         f.write(b"\x00" * 64)
-    models.embedded_gguf_path()
-    assert models.sha256_file(path) == models.EMBEDDED_GGUF_SHA256
+    offline.embedded_gguf_path()
+    assert offline.sha256_file(path) == offline.EMBEDDED_GGUF_SHA256
     assert not list(path.parent.glob("*.partial")) and not path.with_suffix(".verified").exists()
 
 
 def test_gguf_that_cannot_be_fixed_is_refused(private_cache, monkeypatch):  # noqa: ANN001
-    monkeypatch.setattr(models, "EMBEDDED_GGUF_SHA256", "0" * 64)  # as if the installed parts were wrong
+    monkeypatch.setattr(offline, "EMBEDDED_GGUF_SHA256", "0" * 64)  # as if the installed parts were wrong
     with pytest.raises(models.ModelLoadError, match="does not match sha256.*force-reinstall"):
-        models.embedded_gguf_path()
+        offline.embedded_gguf_path()
     assert not list(private_cache.rglob("*.gguf"))  # nothing half-written left behind
 
 
@@ -54,12 +55,12 @@ def test_bad_source_parts_are_refused_in_one_line_by_the_cli(private_cache, tmp_
     for i, part in enumerate(parts):
         part.write_bytes(bytes([i]) * 1000)
     whole = b"".join(p.read_bytes() for p in parts)
-    monkeypatch.setattr(models, "_part_paths", lambda: parts)
-    monkeypatch.setattr(models, "EMBEDDED_GGUF_SIZE", len(whole))
-    monkeypatch.setattr(models, "EMBEDDED_GGUF_SHA256", hashlib.sha256(whole).hexdigest())
-    assert models.sha256_file(models.embedded_gguf_path()) == hashlib.sha256(whole).hexdigest()
+    monkeypatch.setattr(offline, "_part_paths", lambda: parts)
+    monkeypatch.setattr(offline, "EMBEDDED_GGUF_SIZE", len(whole))
+    monkeypatch.setattr(offline, "EMBEDDED_GGUF_SHA256", hashlib.sha256(whole).hexdigest())
+    assert offline.sha256_file(offline.embedded_gguf_path()) == hashlib.sha256(whole).hexdigest()
     parts[1].write_bytes(b"\xff" * 1000)  # one part damaged in the installed package
-    models.embedded_gguf_path().write_bytes(b"\x00" * len(whole))  # and the cached GGUF too
+    offline.embedded_gguf_path().write_bytes(b"\x00" * len(whole))  # and the cached GGUF too
     out = tmp_path / "run"
     assert main(["train", "--no-params", "--model", "embedded", "--output-dir", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -79,7 +80,7 @@ def tiny_build(tokenizer):  # noqa: ANN001, ANN201
 
     def build(path: str) -> None:
         calls.append(path)
-        models.tiny_random_model(tokenizer).save_pretrained(path)
+        offline.tiny_random_model(tokenizer).save_pretrained(path)
         tokenizer.save_pretrained(path)
 
     build.calls = calls
@@ -96,22 +97,22 @@ def _logits(directory) -> torch.Tensor:  # noqa: ANN001
 
 def _new_process(monkeypatch) -> None:  # noqa: ANN001
     """What a fresh process knows: no file verified yet."""
-    monkeypatch.setattr(models, "_VERIFIED", set())
+    monkeypatch.setattr(offline, "_VERIFIED", set())
 
 
 def test_cache_is_hashed_at_build_and_verified_once_per_process(tmp_path, tiny_build, monkeypatch):  # noqa: ANN001
     target = tmp_path / "model"
-    assert models.cached_build(target, tiny_build, "test model") == target and len(tiny_build.calls) == 1
-    manifest = json.loads((target / models.MANIFEST).read_text())
-    assert manifest["model.safetensors"]["sha256"] == models.sha256_file(target / "model.safetensors")
+    assert offline.cached_build(target, tiny_build, "test model") == target and len(tiny_build.calls) == 1
+    manifest = json.loads((target / offline.MANIFEST).read_text())
+    assert manifest["model.safetensors"]["sha256"] == offline.sha256_file(target / "model.safetensors")
     assert {"config.json", "tokenizer.json", "model.safetensors"} <= set(manifest)
     reference = _logits(target)
     _new_process(monkeypatch)
     hashed = []
-    real_sha = models.sha256_file
-    monkeypatch.setattr(models, "sha256_file", lambda p: hashed.append(p.name) or real_sha(p))
-    models.cached_build(target, tiny_build, "test model")
-    models.cached_build(target, tiny_build, "test model")
+    real_sha = offline.sha256_file
+    monkeypatch.setattr(offline, "sha256_file", lambda p: hashed.append(p.name) or real_sha(p))
+    offline.cached_build(target, tiny_build, "test model")
+    offline.cached_build(target, tiny_build, "test model")
     assert len(tiny_build.calls) == 1 and hashed.count("model.safetensors") == 1  # once per process
     assert torch.equal(_logits(target), reference)
 
@@ -119,7 +120,7 @@ def test_cache_is_hashed_at_build_and_verified_once_per_process(tmp_path, tiny_b
 @pytest.mark.parametrize("damage", ["nan_block", "nan_block_same_mtime", "header", "truncated", "manifest", "missing"])
 def test_damaged_cache_is_rebuilt_not_used(tmp_path, tiny_build, monkeypatch, caplog, damage):  # noqa: ANN001
     target = tmp_path / "model"
-    models.cached_build(target, tiny_build, "test model")
+    offline.cached_build(target, tiny_build, "test model")
     reference = _logits(target)
     weights = target / "model.safetensors"
     stat = weights.stat()
@@ -137,25 +138,25 @@ def test_damaged_cache_is_rebuilt_not_used(tmp_path, tiny_build, monkeypatch, ca
     elif damage == "truncated":
         weights.write_bytes(bytes(data[: len(data) - 1000]))
     elif damage == "manifest":
-        (target / models.MANIFEST).write_text('{"model.safetensors": 12')
+        (target / offline.MANIFEST).write_text('{"model.safetensors": 12')
     else:
         (target / "tokenizer.json").unlink()
-    assert models.manifest_problem(target) is not None
+    assert offline.manifest_problem(target) is not None
     with caplog.at_level(logging.WARNING, logger="gapo.models"):
-        models.cached_build(target, tiny_build, "test model")
+        offline.cached_build(target, tiny_build, "test model")
     assert len(tiny_build.calls) == 2 and any("rebuilding it" in r.getMessage() for r in caplog.records)
-    assert models.manifest_problem(target) is None and torch.equal(_logits(target), reference)
+    assert offline.manifest_problem(target) is None and torch.equal(_logits(target), reference)
     assert not list(tmp_path.glob("*partial*"))
 
 
 def test_an_interrupted_build_leaves_no_cache(tmp_path, tokenizer):  # noqa: ANN001
     def dies(path: str) -> None:
-        models.tiny_random_model(tokenizer).save_pretrained(path)
+        offline.tiny_random_model(tokenizer).save_pretrained(path)
         raise KeyboardInterrupt
 
     target = tmp_path / "model"
     with pytest.raises(KeyboardInterrupt):
-        models.cached_build(target, dies, "test model")
+        offline.cached_build(target, dies, "test model")
     assert not target.exists() and not list(tmp_path.glob("*partial*"))
 
 
@@ -192,8 +193,8 @@ def test_adapter_errors(tmp_path):  # noqa: ANN001
     with pytest.raises(models.ModelLoadError, match="no LoRA adapter"):
         models.attach_adapter(model, str(tmp_path / "missing"))
     # An adapter trained on a differently shaped base does not fit.
-    other, _ = models.load_model_and_tokenizer(
-        "tiny-random", device="cpu", tiny_spec=models.TinyRandomSpec(hidden_size=16, intermediate_size=32)
+    other = offline.tiny_random_model(
+        models.load_tokenizer("tiny-random"), offline.TinyRandomSpec(hidden_size=16, intermediate_size=32)
     )
     peft = get_peft_model(other, LoraConfig(r=2, target_modules=["q_proj"]))
     peft.save_pretrained(str(tmp_path / "adapter"))
@@ -209,7 +210,7 @@ def test_embedded_conversion_is_exact():
     from transformers import AutoModelForCausalLM
 
     model, tok = models.load_model_and_tokenizer("embedded", device="cpu")
-    gguf = models.embedded_gguf_path()
+    gguf = offline.embedded_gguf_path()
     reference = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     text = tok.apply_chat_template(
         [{"role": "user", "content": "Name a planet."}], tokenize=False, add_generation_prompt=True

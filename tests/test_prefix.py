@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gapo import prefix
-from gapo.models import TinyRandomSpec, tiny_random_model
+from gapo.repro.offline import TinyRandomSpec, tiny_random_model
 
 TEMPERATURE = 0.7
 SPEC = TinyRandomSpec(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4, seed=1)

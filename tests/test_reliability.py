@@ -303,6 +303,7 @@ def test_truncated_adapter_is_one_line_before_loading(tmp_path: Path, capsys) ->
     model, _ = load_model_and_tokenizer("tiny-random", device="cpu")
     adapter = tmp_path / "adapter"
     get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj"])).save_pretrained(str(adapter))
+    capsys.readouterr()  # the set-up's own loading progress
     weights = adapter / "adapter_model.safetensors"
     whole = weights.read_bytes()
     out = tmp_path / "samples.jsonl"

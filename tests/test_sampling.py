@@ -14,10 +14,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import gapo.sampling as sampling
+import gapo.repro.sampling as sampling
 from gapo.chat import render_prompt
-from gapo.rewards import extract_answer
-from gapo.sampling import (
+from gapo.repro.sampling import (
     OpenAIBackend,
     Sampler,
     SamplingError,
@@ -29,7 +28,8 @@ from gapo.sampling import (
     sample_completions,
     sample_from_probs,
 )
-from gapo.sampling.cli import cli
+from gapo.repro.sampling.cli import cli
+from gapo.rewards import extract_answer
 
 PROMPTS = [
     [
@@ -395,8 +395,9 @@ def test_openai_backend_chunks_n_and_keeps_prefix(stub_server):  # noqa: ANN001
     assert first["model"] == "served-model" and first["temperature"] == 0.7 and first["top_p"] == 0.9
     assert first["min_p"] == 0.05 and first["max_tokens"] == 64
     assert first["messages"][-1] == {"role": "assistant", "content": "<pre>"} and first["continue_final_message"]
-    assert [r["seed"] for r in _Stub.requests] == [10, 11, 12, 13]  # distinct seeds per request
-    assert extract_answer(out[0][0]) == "item-10-0"
+    # one seed per request, spaced by the request size (vLLM seeds choice k with seed + k), in this run's own range
+    assert [r["seed"] for r in _Stub.requests] == [10 * 2**20 + i for i in (0, 4, 8, 12)]
+    assert extract_answer(out[0][0]) == f"item-{10 * 2**20}-0"
 
 
 def test_openai_backend_asks_again_when_the_server_ignores_n(stub_server):  # noqa: ANN001
@@ -449,7 +450,7 @@ def test_chat_completions_url():
 
 @pytest.mark.gpu
 def test_vllm_backend_samples(tmp_path):  # noqa: ANN001
-    from gapo.sampling import VLLMBackend
+    from gapo.repro.sampling import VLLMBackend
 
     backend = VLLMBackend("embedded", gpu_memory_utilization=0.5)
     out = backend.generate(PROMPTS[:1], 4, SamplingParams(seed=0, response_prefix="<answer>", max_new_tokens=16))
@@ -503,7 +504,7 @@ def test_cli_bad_input_one_line_and_nothing_written(tmp_path: Path, capsys):  # 
 def test_cli_adapter_for_another_base_is_rejected(tmp_path: Path, capsys, tokenizer):  # noqa: ANN001
     from peft import LoraConfig, get_peft_model
 
-    from gapo.models import TinyRandomSpec, tiny_random_model
+    from gapo.repro.offline import TinyRandomSpec, tiny_random_model
 
     other = tiny_random_model(tokenizer, TinyRandomSpec(hidden_size=16, intermediate_size=16))
     adapter = tmp_path / "adapter"
@@ -511,8 +512,9 @@ def test_cli_adapter_for_another_base_is_rejected(tmp_path: Path, capsys, tokeni
     out = tmp_path / "x.jsonl"
     rc = cli(["--model", "tiny-random", "--adapter", str(adapter), "--prompt", "hi", "-n", "1", "--out", str(out)])
     assert rc == 2
-    err = capsys.readouterr().err
-    assert "does not match the base model" in err and err.count("\n") == 1
+    # the base model loads first (transformers' progress bar), then one line says why the adapter cannot go on it
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "Loading weights" not in line]
+    assert len(err) == 1 and "does not match the base model" in err[0], err
     assert not out.exists()
 
 

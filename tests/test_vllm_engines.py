@@ -20,8 +20,9 @@ import pytest
 from safetensors.torch import load_file
 from scipy.stats import chi2_contingency
 
-from gapo import backends, sampling
-from gapo.sampling.cli import cli as sample_cli
+from gapo import backends
+from gapo.repro import sampling
+from gapo.repro.sampling.cli import cli as sample_cli
 from gapo.tasks.lists import list_selection_rows
 
 pytestmark = pytest.mark.vllm
@@ -62,11 +63,11 @@ def test_backend_vllm_without_vllm_is_one_line(no_vllm, tmp_path, capsys):  # no
 
 @needs_vllm_cpu
 def test_models_vllm_cannot_load_are_refused(tiny_vllm_model, tmp_path):  # noqa: ANN001
-    from gapo.models import model_dir
+    from gapo.models import resolve_model_path
 
     assert backends.vllm_problem(tiny_vllm_model) is None
-    assert "head size 4" in backends.vllm_problem(model_dir("tiny-random"))  # vLLM's CPU attention: 32..512
-    assert "exists only in memory" in backends.vllm_problem("tiny-random")
+    assert "head size 4" in backends.vllm_problem(resolve_model_path("tiny-random"))  # vLLM's CPU attention: 32..512
+    assert "cannot serve tiny-random: head size 4" in backends.vllm_problem("tiny-random")  # by name too
     unknown = tmp_path / "unknown"
     unknown.mkdir()
     config = json.loads((Path(tiny_vllm_model) / "config.json").read_text())
@@ -79,10 +80,10 @@ def test_models_vllm_cannot_load_are_refused(tiny_vllm_model, tmp_path):  # noqa
 
 @needs_vllm_cpu
 def test_train_use_vllm_with_a_model_vllm_cannot_load_is_one_line(tmp_path):  # noqa: ANN001
-    from gapo.models import model_dir
+    from gapo.models import resolve_model_path
 
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "gapo.cli", "train", "--no-params", "--model", model_dir("tiny-random")]
+    cmd = [sys.executable, "-m", "gapo.cli", "train", "--no-params", "--model", resolve_model_path("tiny-random")]
     proc = subprocess.run(
         [*cmd, "--output-dir", str(out), "--use-vllm"],
         capture_output=True,

@@ -39,7 +39,8 @@ def build_tiny_vllm_model(path: Path) -> Path:
     """Write `tiny-vllm` (see the module docstring) with the embedded tokenizer to `path`."""
     from transformers import AutoModelForCausalLM
 
-    from gapo.models import TinyRandomSpec, load_tokenizer, tiny_random_config
+    from gapo.models import load_tokenizer
+    from gapo.repro.offline import TinyRandomSpec, tiny_random_config
 
     tokenizer = load_tokenizer("tiny-random")
     spec = TinyRandomSpec(hidden_size=64, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1)
@@ -96,10 +97,10 @@ def tiny_vllm_adapters(tiny_vllm_model: str, tmp_path_factory: pytest.TempPathFa
 
 @pytest.fixture(scope="session")
 def vllm_engine_for_tiny(tiny_vllm_model: str) -> Iterator[Any]:
-    """The session's one vLLM engine on `tiny-vllm` (gapo.sampling.vllm_engine's process-wide cache): every test that
+    """The session's one vLLM engine on `tiny-vllm` (vllm_engine's process-wide cache): every test that
     samples `tiny_vllm_model` with ENGINE_KWARGS reuses it instead of starting another (~30 s each on 2 cores)."""
     pytest.importorskip("vllm")
-    from gapo.sampling import vllm_backend
+    from gapo.repro.sampling import vllm_backend
 
     engine = vllm_backend.vllm_engine(tiny_vllm_model, max_lora_rank=LORA_RANK, **ENGINE_KWARGS)
     yield engine

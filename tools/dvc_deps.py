@@ -2,7 +2,9 @@
 
 A module counts when the notebook imports it, or a counted module imports it anywhere (at the top or inside a
 function: a lazy import is still code the stage may run), found with `ast`, not by importing anything. Package
-``__init__.py`` files count too, even empty ones: importing ``gapo.a.b`` runs ``gapo/a/__init__.py``. Other deps
+``__init__.py`` files count too, even empty ones: importing ``gapo.a.b`` runs ``gapo/a/__init__.py``. A module that
+looks up plugins (`PLUGIN_GROUPS`: the offline models and encoders) depends on the gapo modules registered under that
+entry-point group (pyproject.toml), since loading ``embedded`` runs them. Other deps
 (notebooks, data files, ``gapo/resources/...``) are left as they are.
 
 A dependency on a file of the repository is written ``${repo}path`` (``repo`` is "" in params.yaml, and the path back
@@ -20,6 +22,7 @@ import ast
 import json
 import re
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import yaml
@@ -33,6 +36,21 @@ REPO_VAR = "${repo}"
 def repo_path(dep: str) -> str:
     """A dvc.yaml dependency as a path relative to the repository (its ``${repo}`` prefix dropped)."""
     return dep.removeprefix(REPO_VAR)
+
+
+#: Core modules that load plugins by entry-point group (gapo.models.resolve_model_path, gapo.embeddings.encoder_path).
+PLUGIN_GROUPS = {"gapo.models": "gapo.models", "gapo.embeddings": "gapo.encoders"}
+
+
+def plugin_modules(module: str) -> set[str]:
+    """The gapo modules registered under the entry-point group that `module` looks up (none for other modules).
+
+    Read from the installed metadata (`make venv` reinstalls when pyproject.toml changes)."""
+    group = PLUGIN_GROUPS.get(module)
+    if group is None:
+        return set()
+    modules = [ep.module.split(".") for ep in entry_points(group=group) if ep.module.split(".")[0] == "gapo"]
+    return {".".join(parts[:i]) for parts in modules for i in range(1, len(parts) + 1)}  # with their packages
 
 
 def module_file(name: str, root: Path = ROOT) -> Path | None:
@@ -80,6 +98,7 @@ def module_closure(start: set[str], root: Path = ROOT) -> set[str]:
             if file is None:
                 raise ValueError(f"{name} is imported but is not a module under {root}")
             todo.extend(gapo_imports(ast.parse(file.read_text(encoding="utf-8")), name, root))
+            todo.extend(plugin_modules(name))
     return seen
 
 

@@ -10,6 +10,7 @@ scored once. Writes the numbers and each run's training curves (issue 19's diagn
 
     python tools/recipe_sweep.py --steps 30 --n 50         # CPU, 2 cores: about 8 minutes a variant
     python tools/recipe_sweep.py --only base,lr_1e-4       # a subset
+    python tools/recipe_sweep.py --only embedded --steps 300 --evals 4   # a learning curve: 4 adapters scored
     python tools/recipe_sweep.py --only base,embedded,split_format,g32_1prompt,4prompts --steps 40 \
         --out results/diagnosis                             # issue 19's diagnosis (docs/uniformity_diagnosis.md)
 
@@ -30,8 +31,8 @@ from gapo.defaults import LORA_TARGET_MODULES
 from gapo.io import write_text_atomic
 from gapo.repro import profiles
 from gapo.repro.experiments import uniformity
+from gapo.repro.sampling import make_sampler
 from gapo.repro.stages.train_gapo import LOG_COLUMNS
-from gapo.sampling import make_sampler
 from gapo.train import configs, read_metrics, train
 
 #: Every attention and MLP projection: the paper's LoRA targets (gapo.defaults), which the embedded recipe narrows.
@@ -67,15 +68,38 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
 CURVE_KEYS = tuple(k for k in LOG_COLUMNS if k not in ("policy", "step", "loss", "rollouts", "step_time"))
 
 
-def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) -> dict[str, Any]:
-    """Train one variant from the embedded `train` section; returns its summary and per-step curves."""
+def checkpoint_steps(steps: int, evals: int) -> int:
+    """`save_steps` that gives `evals` evenly spaced adapters over a run of `steps` (the last is the final adapter)."""
+    if evals < 1:
+        raise ValueError(f"--evals must be at least 1, got {evals}")
+    return max(1, -(-steps // evals))
+
+
+def saved_adapters(run_dir: Path) -> list[tuple[int, Path]]:
+    """(step, directory) of every adapter a run saved: its `checkpoint-N` folders, then `adapter` at the last step."""
+    found = []
+    for path in run_dir.glob("checkpoint-*"):
+        step = path.name.removeprefix("checkpoint-")
+        if step.isdigit() and (path / "adapter_config.json").is_file():
+            found.append((int(step), path))
+    found.sort()
+    last = max((s for s, _ in found), default=0)
+    if (run_dir / "adapter" / "adapter_config.json").is_file():
+        found = [(s, p) for s, p in found if s != last] + [(last, run_dir / "adapter")]
+    return found
+
+
+def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path, evals: int = 1) -> dict[str, Any]:
+    """Train one variant from the embedded `train` section; returns its summary and per-step curves. With `evals` > 1
+    it keeps `evals` evenly spaced checkpoints, to be scored as a learning curve (issue 19's hypothesis 4)."""
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
     batch = section["per_device_train_batch_size"] * section["gradient_accumulation_steps"]
     section.update(overrides)
     # the same rollouts for every variant: fewer steps at a larger batch
     variant_batch = section["per_device_train_batch_size"] * section["gradient_accumulation_steps"]
     steps = max(1, round(steps * batch / variant_batch))
-    section.update(max_steps=steps, save_steps=steps, output_dir=str(root / name))
+    save_steps = checkpoint_steps(steps, evals)
+    section.update(max_steps=steps, save_steps=save_steps, save_total_limit=evals + 1, output_dir=str(root / name))
     started = time.perf_counter()
     summary = train(*configs(section))
     seconds = time.perf_counter() - started
@@ -86,6 +110,7 @@ def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path) 
         "final": summary.get("last", {}),
         "curves": curves,
         "settings": section,
+        "rollouts_per_step": variant_batch,
     }
 
 
@@ -130,6 +155,22 @@ def write_report(document: dict[str, Any], out: Path) -> None:
             f"{ev.get('mean_first_item_share', float('nan')):.3f} | {ev.get('lists_collapsed', '-')} | "
             f"{run.get('train_seconds', '-')} |"
         )
+    curves = {k: v for k, v in document["runs"].items() if len(v.get("curve", [])) > 1}
+    if curves:
+        lines += [
+            "",
+            "Learning curves (each saved adapter scored the same way):",
+            "",
+            "| variant | step | rollouts | mean JSD | invalid | JSD among valid | top share | lists collapsed |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for name, run in curves.items():
+            for point in run["curve"]:
+                lines.append(
+                    f"| {name} | {point['step']} | {point['rollouts']} | {point['mean_jsd']:.3f} | "
+                    f"{point['mean_invalid']:.3f} | {point['mean_jsd_valid']:.3f} | {point['mean_top_share']:.3f} | "
+                    f"{point['lists_collapsed']} |"
+                )
     write_text_atomic(out / "recipe_sweep.md", "\n".join(lines) + "\n")
 
 
@@ -161,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="comma-separated subset of: base," + ",".join(VARIANTS))
     parser.add_argument("--runs-dir", type=Path, default=Path("outputs/sweep"))
     parser.add_argument("--out", type=Path, default=Path("results/sweep"))
+    parser.add_argument(
+        "--evals", type=int, default=1, help="score this many evenly spaced checkpoints of each run (a learning curve)"
+    )
     args = parser.parse_args(argv)
     chosen = args.only.split(",") if args.only else ["base", *VARIANTS]
     unknown = [c for c in chosen if c != "base" and c not in VARIANTS]
@@ -168,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variants {unknown}; choose from base, {', '.join(VARIANTS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     settings = {"steps": args.steps, "n": args.n, "num_lists": args.num_lists, "seed": args.seed}
+    checkpoint_steps(args.steps, args.evals)  # a bad --evals is one line before anything loads
+    if args.evals != 1:
+        settings["evals"] = args.evals
     document: dict[str, Any] = {"settings": settings, "runs": {}}
     previous = args.out / "recipe_sweep.json"
     if previous.exists() and json.loads(previous.read_text())["settings"] == settings:
@@ -183,9 +230,14 @@ def main(argv: list[str] | None = None) -> int:
             }
         else:
             what, overrides = VARIANTS[name]
-            run = train_variant(name, overrides, args.steps, args.runs_dir)
+            run = train_variant(name, overrides, args.steps, args.runs_dir, args.evals)
             run["what"] = what
-            run["eval"] = score(args.runs_dir / name / "adapter", args.n, args.num_lists, args.seed)
+            run["curve"] = []
+            for step, adapter in saved_adapters(args.runs_dir / name):
+                scores = score(adapter, args.n, args.num_lists, args.seed)
+                run["curve"].append({"step": step, "rollouts": step * run["rollouts_per_step"], **scores})
+                print(f"{name} step {step}: {scores}", flush=True)
+            run["eval"] = run["curve"][-1]
             document["runs"][name] = run
         print(f"{name}: {document['runs'][name]['eval']}", flush=True)
         write_report(document, args.out)  # after every run: an interrupted sweep keeps what it measured

@@ -45,14 +45,14 @@ import yaml
 from gapo.config import OneLineErrorParser
 from gapo.equivalence import normalize_answer
 from gapo.io import write_json_atomic, write_jsonl_atomic
-from gapo.models import ModelLoadError, check_model_name, model_dir
+from gapo.models import ModelLoadError, check_model_name, offline_models, resolve_model_path
 from gapo.repro import experiments, plotting
 from gapo.repro import prompts as ep
 from gapo.repro.experiments import compare
+from gapo.repro.sampling import chat_completions_url, make_sampler
+from gapo.repro.sampling.cli import add_decoding_args, add_model_args, sampler_settings
+from gapo.repro.sampling.params import SamplingError, one_line
 from gapo.repro.stages.open_set import asked_questions
-from gapo.sampling import chat_completions_url, make_sampler
-from gapo.sampling.cli import add_decoding_args, add_model_args
-from gapo.sampling.params import SamplingError, one_line
 
 SUITES = ("lists", "open", "creativity")
 #: Completion length per suite: room for ``<answer>item</answer>`` and a little preamble; a poem for creativity.
@@ -194,7 +194,7 @@ def _same_model(recorded: str, model: str) -> bool:
         return True
     if not os.path.isdir(recorded):
         return False  # a hub id that differs from the name given
-    path = model_dir(model) if model in ("embedded", "tiny-random") or os.path.isdir(model) else None
+    path = resolve_model_path(model) if model in offline_models() or os.path.isdir(model) else None
     if path is None:
         return False
     if os.path.realpath(path) == os.path.realpath(recorded):
@@ -334,18 +334,7 @@ def evaluate(plan: Plan, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for spec in plan.models:
         print(f"gapo eval: loading {spec.key}", file=sys.stderr)
-        sampler = make_sampler(
-            spec.model,
-            adapter=spec.adapter,
-            backend=args.backend,
-            endpoint=args.endpoint,
-            progress=not args.no_progress,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            min_p=args.min_p,
-            seed=args.seed,
-            batch_size=args.batch_size,
-        )
+        sampler = make_sampler(spec.model, adapter=spec.adapter, **sampler_settings(args))
         out[spec.key] = run_suites(sampler, plan, args)
         del sampler
         gc.collect()

@@ -41,23 +41,25 @@ from gapo.equivalence import Equivalence, equivalence_from_spec, match_item
 from gapo.io import atomic_open
 from gapo.metrics import (
     INVALID,
-    Interval,
-    cosine_distance_to_others,
     coverage,
     first_item_share,
     jsd_from_uniform,
     jsd_to_target,
     jsd_valid_from_uniform,
-    mean_pairwise_cosine_distance,
     normalize_answer,
-    sentence_self_bleu,
-    stratified_bootstrap,
     top_share,
-    unique_curve,
 )
 from gapo.repro import prompts as ep
+from gapo.repro.sampling import Sampler
+from gapo.repro.scores import (
+    Interval,
+    cosine_distance_to_others,
+    mean_pairwise_cosine_distance,
+    sentence_self_bleu,
+    stratified_bootstrap,
+    unique_curve,
+)
 from gapo.rewards import extract_answer
-from gapo.sampling import Sampler
 from gapo.tasks.open_ended import (
     OPEN_HELDOUT_CATEGORIES,
     OPEN_QUESTIONS,
@@ -596,7 +598,7 @@ def creativity(
 
     Each output gets its scores once: its mean cosine distance to the other outputs of its prompt, and 1 - its
     sentence BLEU against them; their means are the two metrics. The intervals resample outputs within each prompt
-    `resamples` times (`gapo.metrics.stratified_bootstrap`, seeded by `seed`), for the mean over prompts and
+    `resamples` times (`gapo.repro.scores.stratified_bootstrap`, seeded by `seed`), for the mean over prompts and
     for each prompt.
 
     Tables: ``samples`` (with each output's two scores), ``per_prompt`` (embedding_distance, one_minus_self_bleu,

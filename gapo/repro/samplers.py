@@ -14,16 +14,16 @@ from typing import Any
 import torch
 
 from gapo.models import ModelLoadError, check_adapter
-from gapo.sampling import make_sampler
+from gapo.repro.sampling import make_sampler
 
 
 class Samplers(Mapping):
-    """`name -> gapo.sampling.Sampler` for the named `models` entries, loading lazily and keeping one model loaded.
+    """`name -> Sampler` for the named `models` entries, loading lazily and keeping one model loaded.
 
     Entries that share a base model and adapter (the min-p rows) reuse the loaded model. Experiments that take a
     mapping of samplers (`haiku_map`, `figure7_data`) walk it model by model, so only one model is ever resident.
     With the vllm backend the engine outlives `release`: one engine per base model serves every adapter on it as a
-    LoRA request (`gapo.sampling.vllm_engine`), since vLLM does not give an engine's GPU memory back.
+    LoRA request (`gapo.repro.sampling.vllm_engine`), since vLLM does not give an engine's GPU memory back.
     """
 
     def __init__(
@@ -69,7 +69,7 @@ class Samplers(Mapping):
 
 
 def load_sampler(spec: Mapping[str, Any], sampling: Mapping[str, Any], **defaults: Any) -> Any:
-    """A `gapo.sampling.Sampler` for one `models` entry; `defaults` are SamplingParams fields (seed, max_new_tokens)."""
+    """A `Sampler` for one `models` entry; `defaults` are SamplingParams fields (seed, max_new_tokens)."""
     adapter = spec.get("adapter")
     if adapter is not None:  # before any model loads; the adapter is a training stage's output
         try:

@@ -2,7 +2,7 @@
 
     tasks (gapo/repro/benchmarks/tasks/*.yaml, an lm-eval include path)
       └─ `task_config(name)`: the YAML with `data_files` resolved in the benchmark data folder (checked first)
-    model: `GapoLM(generate, seed)`, an lm-eval `LM` over a gapo `Generate` (a `gapo.sampling.Sampler`: the
+    model: `GapoLM(generate, seed)`, an lm-eval `LM` over a gapo `Generate` (a `gapo.repro.sampling.Sampler`: the
       transformers backend batches all problems of a task in one call; its vLLM backend on GPUs)
     run: `lm_eval.simple_evaluate(model=GapoLM, tasks=[config], limit=n, apply_chat_template=True,
       fewshot_as_multiturn=True, gen_kwargs={temperature, max_gen_toks}, log_samples=True)` once per run (seed)

@@ -5,7 +5,7 @@ or a stub in a test:
 
     generate(prompts, n, *, temperature, seed, max_new_tokens, response_prefix=None) -> list[list[str]]
 
-`prompts` are chat message lists; the result holds `n` completions per prompt. A `gapo.sampling.Sampler` is such a
+`prompts` are chat message lists; the result holds `n` completions per prompt. A `gapo.repro.sampling.Sampler` is such a
 callable: `load_generate("embedded", adapter=...)` makes one (`make_sampler`), `sampling_generate(model, tokenizer)`
 wraps a loaded model.
 
@@ -41,7 +41,7 @@ from gapo.repro.benchmarks.harness import (
 from gapo.repro.benchmarks.scoring import METRICS
 from gapo.repro.experiments import creativity as run_creativity
 from gapo.repro.paper import PAPER_TABLE2
-from gapo.sampling import Sampler, SamplingParams, TransformersBackend, make_sampler
+from gapo.repro.sampling import Sampler, SamplingParams, TransformersBackend, make_sampler
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ NOTES: dict[str, str] = {
 
 class Generate(Protocol):
     """`n` completions per chat prompt; a prompt ending with an assistant message is continued from it. A
-    `gapo.sampling.Sampler` is one (the keywords override its defaults)."""
+    `gapo.repro.sampling.Sampler` is one (the keywords override its defaults)."""
 
     def __call__(
         self,
@@ -190,13 +190,13 @@ def evaluate_model(
 
 
 def sampling_generate(model: Any, tokenizer: Any, **sampling_params: Any) -> Generate:
-    """A `gapo.sampling.Sampler` over an already loaded model (batched, seeded); `sampling_params` are defaults."""
+    """A `Sampler` over an already loaded model (batched, seeded); `sampling_params` are defaults."""
     return Sampler(TransformersBackend(model, tokenizer), SamplingParams(**sampling_params))
 
 
 def load_generate(name: str, adapter: str | None = None, **sampling_params: Any) -> Generate:
     """Load a model ("embedded", a hub id or a directory; `adapter` = a PEFT adapter directory such as GAPO's) as a
-    `gapo.sampling.Sampler` (`gapo.sampling.make_sampler`: transformers backend unless `backend=` says otherwise)."""
+    `Sampler` (`gapo.repro.sampling.make_sampler`: transformers backend unless `backend=` says otherwise)."""
     return make_sampler(name, adapter=adapter, **sampling_params)
 
 

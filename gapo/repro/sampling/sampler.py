@@ -6,11 +6,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from gapo.chat import ChatPrompt
+from gapo.repro.sampling.openai_backend import OpenAIBackend
+from gapo.repro.sampling.params import BACKENDS, SamplingParams
+from gapo.repro.sampling.transformers_backend import TransformersBackend
+from gapo.repro.sampling.vllm_backend import VLLMBackend
 from gapo.rewards import extract_answer
-from gapo.sampling.openai_backend import OpenAIBackend
-from gapo.sampling.params import BACKENDS, SamplingParams
-from gapo.sampling.transformers_backend import TransformersBackend
-from gapo.sampling.vllm_backend import VLLMBackend
 
 # --------------------------------------------------------------------------------------------------------------------
 # Sampler: a backend plus default parameters (what experiments take)

@@ -37,7 +37,7 @@ import torch
 
 from gapo.chat import ChatPrompt, render_prompt
 from gapo.prefix import Decoding, decode_rows, encode_prompts, filter_logits, next_tokens, sample_from_probs
-from gapo.sampling.params import SamplingParams, _check_request, _warn_greedy
+from gapo.repro.sampling.params import SamplingParams, _check_request, _warn_greedy
 
 __all__ = [
     "TransformersBackend",

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gapo.chat import ChatPrompt, split_prefill
-from gapo.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy, one_line
-from gapo.sampling.transformers_backend import _progress_bar
+from gapo.repro.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy, one_line
+from gapo.repro.sampling.transformers_backend import _progress_bar
 
 # --------------------------------------------------------------------------------------------------------------------
 # OpenAI-compatible HTTP backend (API models, local vLLM / llama.cpp servers)
@@ -27,6 +27,21 @@ def chat_completions_url(endpoint: str) -> str:
     if url.endswith("/v1"):
         return url + "/chat/completions"
     return url + "/v1/chat/completions"
+
+
+#: Seeds of one run lie in [seed * SEED_STRIDE, (seed + 1) * SEED_STRIDE): runs with other `--seed`s never share one.
+SEED_STRIDE = 1 << 20
+
+
+def request_seed(seed: int, request_no: int, per_request: int) -> int:
+    """The seed of a run's `request_no`-th request of up to `per_request` choices.
+
+    Why spaced by `per_request` and not consecutive: vLLM seeds the k-th choice of a request with ``seed + k``, so
+    with seeds 0, 1, 2, ... request 1 drew its choice k as request 0 drew its choice k + 1, and returned copies (on the
+    embedded model, `gapo eval -n 50`: each list's second request, 18 choices, repeated 18 of the first's 32). Spaced
+    this way, no two choices of a run share a seed on a server that seeds choices so; on others the seeds stay distinct.
+    """
+    return seed * SEED_STRIDE + request_no * per_request
 
 
 @dataclass
@@ -115,9 +130,8 @@ class OpenAIBackend:
                 messages, prefix = split_prefill(prompt, params.response_prefix)
                 texts: list[str] = []
                 while len(texts) < n:
-                    got = self._request(
-                        messages, prefix, min(per_request, n - len(texts)), params, params.seed + request_no
-                    )
+                    seed = request_seed(params.seed, request_no, per_request)
+                    got = self._request(messages, prefix, min(per_request, n - len(texts)), params, seed)
                     request_no += 1
                     if not got:
                         raise SamplingError(f"endpoint {self.url} returned zero choices")

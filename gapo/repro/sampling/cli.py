@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from gapo.config import OneLineErrorParser
 from gapo.io import write_jsonl_atomic
 from gapo.models import ModelLoadError
-from gapo.sampling.params import BACKENDS, SamplingError, one_line
-from gapo.sampling.sampler import make_sampler, sample_records
+from gapo.repro.sampling.params import BACKENDS, SamplingError, one_line
+from gapo.repro.sampling.sampler import make_sampler, sample_records
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +39,21 @@ def add_decoding_args(
     parser.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help=max_new_tokens_help)
     parser.add_argument("--batch-size", type=int, default=None, help="rows decoded together (memory cap)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def sampler_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """`make_sampler`'s keyword arguments from the shared flags (`add_model_args`, `add_decoding_args`), less the model
+    and adapter (`gapo eval` samples several) and the completion length (`gapo eval` sets it per suite)."""
+    return {
+        "backend": args.backend,
+        "endpoint": args.endpoint,
+        "progress": not args.no_progress,
+        "temperature": args.temperature,
+        "top_p": args.top_p,
+        "min_p": args.min_p,
+        "seed": args.seed,
+        "batch_size": args.batch_size,
+    }
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,16 +85,9 @@ def cli(argv: list[str] | None = None) -> int:
         sampler = make_sampler(
             args.model,
             adapter=args.adapter,
-            backend=args.backend,
-            endpoint=args.endpoint,
-            progress=not args.no_progress,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            min_p=args.min_p,
-            seed=args.seed,
             max_new_tokens=args.max_new_tokens,
             response_prefix=args.response_prefix,
-            batch_size=args.batch_size,
+            **sampler_settings(args),
         )
         completions = sampler([[{"role": "user", "content": args.prompt}]], args.n)[0]
         meta = {

@@ -9,13 +9,13 @@
 | `sampler`               | `Sampler` (a backend + default params, what experiments take), `make_sampler` |
 | `cli`                   | ``gapo sample``                                                             |
 
-The names below are the public surface: ``from gapo.sampling import Sampler, make_sampler``.
+The names below are the public surface: ``from gapo.repro.sampling import Sampler, make_sampler``.
 """
 
-from gapo.sampling.openai_backend import OpenAIBackend, chat_completions_url
-from gapo.sampling.params import BACKENDS, SamplingError, SamplingParams
-from gapo.sampling.sampler import Backend, Sampler, make_sampler, sample_records
-from gapo.sampling.transformers_backend import (
+from gapo.repro.sampling.openai_backend import OpenAIBackend, chat_completions_url
+from gapo.repro.sampling.params import BACKENDS, SamplingError, SamplingParams
+from gapo.repro.sampling.sampler import Backend, Sampler, make_sampler, sample_records
+from gapo.repro.sampling.transformers_backend import (
     TransformersBackend,
     filter_logits,
     next_tokens,
@@ -23,7 +23,7 @@ from gapo.sampling.transformers_backend import (
     sample_completions,
     sample_from_probs,
 )
-from gapo.sampling.vllm_backend import VLLMBackend, VLLMEngine, vllm_engine
+from gapo.repro.sampling.vllm_backend import VLLMBackend, VLLMEngine, vllm_engine
 
 __all__ = [
     "BACKENDS",

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from gapo.chat import ChatPrompt, render_prompt
-from gapo.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy
+from gapo.repro.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy
 
 # --------------------------------------------------------------------------------------------------------------------
 # vLLM backend (imported lazily)
