@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from importlib.metadata import entry_points
 from typing import Any
 
 import numpy as np
+
+from gapo.models import plugins
 
 MINILM = "all-MiniLM-L6-v2"
 MPNET = "all-mpnet-base-v2"
@@ -41,7 +42,7 @@ class EncoderLoadError(RuntimeError):
 
 def encoder_path(name: str) -> str:
     """Where `name` loads from: a registered offline encoder (MPNet), the offline MiniLM, a hub id, or `name` itself."""
-    registered = {ep.name: ep for ep in entry_points(group=ENCODER_PLUGINS)}
+    registered = plugins(ENCODER_PLUGINS)
     key = next((k for k, hub in HUB_IDS.items() if name == hub), name)  # a known hub id maps to its offline copy
     if key in registered:
         return str(registered[key].load()())

@@ -28,9 +28,14 @@ class ModelLoadError(RuntimeError):
     """A model could not be loaded; the message says what to do."""
 
 
+def plugins(group: str) -> dict[str, EntryPoint]:
+    """name -> entry point of an entry-point group (offline models here, encoders in gapo.embeddings), none loaded."""
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
 def offline_models() -> dict[str, EntryPoint]:
     """The registered offline model names (entry-point group ``gapo.models``), without loading any."""
-    return {ep.name: ep for ep in entry_points(group=MODEL_PLUGINS)}
+    return plugins(MODEL_PLUGINS)
 
 
 # --------------------------------------------------------------------------------------------------------------------

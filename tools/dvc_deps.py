@@ -22,10 +22,12 @@ import ast
 import json
 import re
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import yaml
+
+from gapo.embeddings import ENCODER_PLUGINS
+from gapo.models import MODEL_PLUGINS, plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +41,7 @@ def repo_path(dep: str) -> str:
 
 
 #: Core modules that load plugins by entry-point group (gapo.models.resolve_model_path, gapo.embeddings.encoder_path).
-PLUGIN_GROUPS = {"gapo.models": "gapo.models", "gapo.embeddings": "gapo.encoders"}
+PLUGIN_GROUPS = {"gapo.models": MODEL_PLUGINS, "gapo.embeddings": ENCODER_PLUGINS}
 
 
 def plugin_modules(module: str) -> set[str]:
@@ -49,7 +51,7 @@ def plugin_modules(module: str) -> set[str]:
     group = PLUGIN_GROUPS.get(module)
     if group is None:
         return set()
-    modules = [ep.module.split(".") for ep in entry_points(group=group) if ep.module.split(".")[0] == "gapo"]
+    modules = [ep.module.split(".") for ep in plugins(group).values() if ep.module.split(".")[0] == "gapo"]
     return {".".join(parts[:i]) for parts in modules for i in range(1, len(parts) + 1)}  # with their packages
 
 
