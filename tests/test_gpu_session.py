@@ -159,3 +159,15 @@ def test_reproduction_stages_resolve_at_full_size(name):  # noqa: ANN001
     assert params[name]["max_new_tokens"] == full["max_new_tokens"] and params[name].get("n") == full.get("n")
     assert params["models"]["gapo"] == {"model": "embedded", "adapter": "/tmp/gapo/repro/adapter"}
     assert params["sampling"]["backend"] == "transformers"
+
+
+def test_embedded_gguf_parts_are_the_model_the_offline_loader_checks() -> None:
+    """The payload's GGUF: the name gapo.repro.offline looks for in its cache (read as text by the tool, which imports
+    nothing of gapo) and parts that add up to the file whose size the loader checks."""
+    from gapo.repro import offline
+
+    name, parts = gpu_session.embedded_gguf()
+    assert name == offline.EMBEDDED_GGUF_NAME
+    assert sum(p.stat().st_size for p in parts) == offline.EMBEDDED_GGUF_SIZE
+    assert set(gpu_session.TRAINING_WHEELS) < set(gpu_session.WHEELS)
+    assert not any("unsloth" in spec for spec in gpu_session.TRAINING_WHEELS)

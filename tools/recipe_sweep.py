@@ -13,6 +13,7 @@ scored once. Writes the numbers and each run's training curves (issue 19's diagn
     python tools/recipe_sweep.py --only embedded --steps 300 --evals 4   # a learning curve: 4 adapters scored
     python tools/recipe_sweep.py --only base,embedded,split_format,g32_1prompt,4prompts --steps 40 \
         --out results/diagnosis                             # issue 19's diagnosis (docs/uniformity_diagnosis.md)
+    python tools/recipe_sweep.py --only base,gpu_h100_recipe --steps 1200 --evals 8 --n 100   # a GPU (7 min, H200)
 
 Why a tool and not a pipeline stage: it chooses the pipeline's recipe; the pipeline then runs the chosen one.
 """
@@ -62,6 +63,23 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             "lora_target_modules": ALL_LINEAR,
         },
     ),
+    # issue 19's H100 run at full size, for a GPU (`--steps 1200`: 150 steps of 256 rollouts): the paper's G=32, LoRA
+    # r64/alpha 32/dropout 0.1 and reward, 8 prompts a step, lr 2e-4, every linear layer; the CUDA defaults for
+    # the prompt forward (gapo.trainer)
+    "gpu_h100_recipe": (
+        "G=32, 8 prompts a step, lr 2e-4, LoRA r64 on every linear layer, the paper's reward",
+        {
+            "num_generations": 32,
+            "per_device_train_batch_size": 256,
+            "learning_rate": 2e-4,
+            "lora_r": 64,
+            "lora_alpha": 32,
+            "lora_dropout": 0.1,
+            "lora_target_modules": ALL_LINEAR,
+            "split_format_reward": False,
+            "shared_prompt_forward": None,
+        },
+    ),
 }
 
 #: Logged per step and kept as curves: the training stage's columns (results/train_gapo.csv) that are metrics.
@@ -87,6 +105,12 @@ def saved_adapters(run_dir: Path) -> list[tuple[int, Path]]:
     if (run_dir / "adapter" / "adapter_config.json").is_file():
         found = [(s, p) for s, p in found if s != last] + [(last, run_dir / "adapter")]
     return found
+
+
+def scoring_order(adapters: list[tuple[int, Path]]) -> list[tuple[int, Path]]:
+    """The final adapter first, then the rest in step order: a sweep stopped by a time limit (a GPU lease, say)
+    keeps the end of the curve and its first point, not its middle."""
+    return adapters[-1:] + adapters[:-1]
 
 
 def train_variant(name: str, overrides: dict[str, Any], steps: int, root: Path, evals: int = 1) -> dict[str, Any]:
@@ -233,14 +257,16 @@ def main(argv: list[str] | None = None) -> int:
             run = train_variant(name, overrides, args.steps, args.runs_dir, args.evals)
             run["what"] = what
             run["curve"] = []
-            for step, adapter in saved_adapters(args.runs_dir / name):
+            document["runs"][name] = run
+            for step, adapter in scoring_order(saved_adapters(args.runs_dir / name)):
                 scores = score(adapter, args.n, args.num_lists, args.seed)
                 run["curve"].append({"step": step, "rollouts": step * run["rollouts_per_step"], **scores})
+                run["curve"].sort(key=lambda point: point["step"])
+                run["eval"] = run["curve"][-1]
                 print(f"{name} step {step}: {scores}", flush=True)
-            run["eval"] = run["curve"][-1]
-            document["runs"][name] = run
+                write_report(document, args.out)
         print(f"{name}: {document['runs'][name]['eval']}", flush=True)
-        write_report(document, args.out)  # after every run: an interrupted sweep keeps what it measured
+        write_report(document, args.out)  # after every run (and every curve point): a stopped sweep keeps its numbers
     return 0
 
 
