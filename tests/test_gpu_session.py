@@ -138,7 +138,7 @@ def test_over_the_limits_is_one_line(payload, tmp_path):  # noqa: ANN001
     with pytest.raises(gpu_session.LimitError, match="over the device's 64 MiB per call"):
         gpu_session.load_budget(ROOT, load_mib=65)
     many = {**manifest, "loads": [f"load-{i:02d}" for i in range(1, 80)]}
-    with pytest.raises(gpu_session.LimitError, match="a session has 30"):
+    with pytest.raises(gpu_session.LimitError, match="a session has 15"):
         gpu_session.plan(many, "nvidia-h200")
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tools/gpu_session.py"), "plan", "--kind", "tpu-v5", "--payload", str(tmp_path)],

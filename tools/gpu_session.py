@@ -1,6 +1,6 @@
 """A GPU session in one command: prepare on a CPU machine what a lent GPU machine needs, print the device calls.
 
-Why: a GPU machine is lent to some sessions only, for 30 minutes of device time, and each call carries at most 64 MiB
+Why: a GPU machine is lent to some sessions only, for 15 minutes of device time, and each call carries at most 64 MiB
 (the working tree included); it has torch, transformers, peft and accelerate but not trl, datasets, gguf, unsloth or
 gapo, and no network. The last GPU session spent most of its minutes staging files by hand. (docs/gpu.md)
 
@@ -41,16 +41,18 @@ MIB = 1 << 20
 CALL_BYTES = 64 * MIB  #: working tree + carried paths, per call
 COMMAND_CHARS = 2000
 COMMAND_SECONDS = 600
-DEVICE_SECONDS = 30 * 60  #: a developer session's device time
+DEVICE_SECONDS = 15 * 60  #: a developer session's device time (30 minutes until 2026-11)
 CARRY_PATHS = 8
 #: kind -> GPU memory in GiB (the device README's table).
 MACHINES = {"nvidia-h100-x1": 78, "nvidia-h200": 139}
 #: GPU memory a run needs, GiB (estimates: bf16 weights + LoRA + activations at G=32): the 7B shape dominates.
 NEEDS_GIB = {"0.5b": 8, "7b": 60}
-#: Seconds each kind of call is planned at (estimates, docs/gpu.md); the plan refuses more than the session has.
+#: Seconds of device time each kind of call is planned at; the plan refuses staging, assembly and tests over the
+#: session. start and load measured on an H200 on 2026-11-26 (45 s for the start and the first load, then about 5 s a
+#: load of 57 MiB, rounded up); the rest are estimates (docs/gpu.md).
 PLANNED_SECONDS = {
-    "start": 120,
-    "load": 30,
+    "start": 60,
+    "load": 10,
     "assemble": 120,
     "tests": 300,
     "speed": 540,  # both shapes (~3 + ~6 min)
@@ -324,11 +326,11 @@ def plan(manifest: dict[str, Any], kind: str, payload: Path = PAYLOAD, train_cal
         if len(call.get("carry", [])) > CARRY_PATHS:
             raise LimitError(f"a planned call carries {len(call['carry'])} paths; the device takes {CARRY_PATHS}")
     seconds = PLANNED_SECONDS["start"] + PLANNED_SECONDS["load"] * len(manifest["loads"])
-    seconds += PLANNED_SECONDS["assemble"] + PLANNED_SECONDS["tests"] + PLANNED_SECONDS["speed"]
-    essential = seconds  # staging, tests, benchmarks: what must fit one session
+    seconds += PLANNED_SECONDS["assemble"] + PLANNED_SECONDS["tests"]
+    essential = seconds  # staging and the GPU tests: what must fit one session; the calls after them may not
     if essential > DEVICE_SECONDS:
         raise LimitError(
-            f"staging, tests and benchmarks are planned at {essential // 60} min; a session has {DEVICE_SECONDS // 60}"
+            f"staging and the GPU tests are planned at {essential // 60} min; a session has {DEVICE_SECONDS // 60}"
         )
     return calls
 
