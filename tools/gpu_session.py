@@ -66,12 +66,12 @@ STAGE = Path(os.environ.get("GAPO_GPU_STAGE", "/tmp/gapo"))
 #: The GPU image's Python (device KINDS.md: Python 3.12.3) and pip's platform tags for it.
 GPU_PYTHON = "3.12"
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
-#: What the GPU image lacks (device KINDS.md's package list, 2026-11-17): our pins, and the dependencies of unsloth,
-#: unsloth_zoo and datasets that are not there. xformers is left out: its wheels pin a torch other than the image's,
-#: and Unsloth runs without it.
 #: What a PEFT training run or `tools/recipe_sweep.py` needs there (`prepare --training-only`): 1.8 MiB of wheels,
 #: so the payload is about the GGUF alone (nine loads).
 TRAINING_WHEELS = ["trl==1.14.2", "datasets==4.8.5", "gguf==0.19.0", "dill<0.4.1", "multiprocess<0.70.19"]
+#: What the GPU image lacks (device KINDS.md's package list, 2026-11-17): our pins, and the dependencies of unsloth,
+#: unsloth_zoo and datasets that are not there. xformers is left out: its wheels pin a torch other than the image's,
+#: and Unsloth runs without it.
 WHEELS = [
     *TRAINING_WHEELS,
     "unsloth==2026.10.7",

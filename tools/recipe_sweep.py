@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                 "what": "the base model, untrained",
                 "eval": score(None, args.n, args.num_lists, args.seed),
             }
+            write_report(document, args.out)
         else:
             what, overrides = VARIANTS[name]
             run = train_variant(name, overrides, args.steps, args.runs_dir, args.evals)
@@ -264,9 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                 run["curve"].sort(key=lambda point: point["step"])
                 run["eval"] = run["curve"][-1]
                 print(f"{name} step {step}: {scores}", flush=True)
-                write_report(document, args.out)
+                write_report(document, args.out)  # after every curve point: a stopped sweep keeps its numbers
         print(f"{name}: {document['runs'][name]['eval']}", flush=True)
-        write_report(document, args.out)  # after every run (and every curve point): a stopped sweep keeps its numbers
     return 0
 
 
