@@ -100,14 +100,30 @@ def test_device_side_receives_assembles_installs_and_stamps(payload, tmp_path): 
     out.mkdir()
     (out / "a.json").write_text('{"x": 1}')
     (out / "b.log").write_text("step 1\n")
-    gpu_session.stamp(out, device="NVIDIA H100 80GB HBM3")
-    assert json.loads((out / "a.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
-    assert (out / "b.log").read_text().startswith("# device: NVIDIA H100 80GB HBM3\n")
+    jsonl, png = b'{"step": 1}\n{"step": 2}\n', b"\x89PNG\r\n\x1a\n\xff\xfe"
+    (out / "curve").mkdir()
+    (out / "curve" / "metrics.jsonl").write_bytes(jsonl)
+    (out / "curve" / "plot.png").write_bytes(png)
     results = tmp_path / "results"
-    assert len(gpu_session.collect(out, results)) == 2
-    (out / "c.txt").write_text("no device\n")
     with pytest.raises(gpu_session.LimitError, match="does not name its device"):
-        gpu_session.collect(out, results)
+        gpu_session.collect(out, results)  # not stamped yet
+    gpu_session.stamp(out, device="NVIDIA H100 80GB HBM3")
+    gpu_session.stamp(out, device="NVIDIA H100 80GB HBM3")  # a second stamp changes nothing
+    assert json.loads((out / "a.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
+    assert (out / "b.log").read_text() == "# device: NVIDIA H100 80GB HBM3\nstep 1\n"
+    # JSONL and binary files stay byte for byte (a first line would break them); device.txt names their device
+    assert (out / "curve" / "metrics.jsonl").read_bytes() == jsonl
+    assert (out / "curve" / "plot.png").read_bytes() == png
+    assert (out / "device.txt").read_text() == "# device: NVIDIA H100 80GB HBM3\n"
+    copied = gpu_session.collect(out, results)
+    assert sorted(p.relative_to(results).as_posix() for p in copied) == [
+        "a.json",
+        "b.log",
+        "curve/metrics.jsonl",
+        "curve/plot.png",
+        "device.txt",
+    ]
+    assert (results / "curve" / "metrics.jsonl").read_bytes() == jsonl
 
 
 def test_plan_prints_calls_within_the_device_limits(payload):  # noqa: ANN001

@@ -399,18 +399,28 @@ def device_name() -> str:
         return "cpu"
 
 
+#: Text files that take a `# device: ...` first line without breaking; JSON objects get a "device" field instead.
+#: Anything else (JSONL, CSV, images, weights) is left byte for byte and named by the folder's DEVICE_FILE.
+COMMENT_SUFFIXES = (".md", ".txt", ".log")
+DEVICE_FILE = "device.txt"
+
+
 def stamp(folder: Path, device: str | None = None) -> list[Path]:
-    """Name the device in every file under `folder`: a "device" field in JSON objects, a first line elsewhere."""
+    """Name the device for every file under `folder`: a "device" field in JSON objects, a first line in text files
+    that allow one, and `folder/device.txt` for the rest (a line in a JSONL or CSV file, or bytes in an image, would
+    break it)."""
     device = device or device_name()
+    (folder / DEVICE_FILE).write_text(f"# device: {device}\n")
     stamped = []
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        text = path.read_text(errors="replace")
         if path.suffix == ".json":
-            document = json.loads(text)
+            document = json.loads(path.read_text())
             if isinstance(document, dict) and document.get("device") != device:
                 path.write_text(json.dumps({"device": device, **document}, indent=1))
-        elif not text.startswith(f"# device: {device}\n"):
-            path.write_text(f"# device: {device}\n{text}")
+        elif path.suffix in COMMENT_SUFFIXES and path.name != DEVICE_FILE:
+            text = path.read_text(errors="replace")
+            if not text.startswith(f"# device: {device}\n"):
+                path.write_text(f"# device: {device}\n{text}")
         stamped.append(path)
     return stamped
 
@@ -455,14 +465,14 @@ def run_stage(name: str, adapter: str, out: Path) -> Path:
 
 
 def collect(files_at: Path, results: Path = ROOT / "results/gpu") -> list[Path]:
-    """Copy a call's returned files into results/gpu/; each must name its device (the plan's `stamp` does)."""
+    """Copy a call's returned files into results/gpu/; the call must have named its device (the plan's `stamp`
+    writes files_at/device.txt, and the field or first line in the files that take one)."""
+    marker = files_at / DEVICE_FILE
+    if not (marker.is_file() and marker.read_text().startswith("# device: ")):
+        raise LimitError(f"{files_at} does not name its device; run `{TOOL} stamp $OUT` at the end of the call")
     copied = []
     results.mkdir(parents=True, exist_ok=True)
     for path in sorted(p for p in files_at.rglob("*") if p.is_file()):
-        text = path.read_text(errors="replace")
-        named = text.startswith("# device: ") or (path.suffix == ".json" and '"device"' in text[:200])
-        if not named:
-            raise LimitError(f"{path} does not name its device; run `{TOOL} stamp $OUT` at the end of the call")
         target = results / path.relative_to(files_at)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
