@@ -108,10 +108,17 @@ class Args:
         default="auto",
         metadata={
             "help": "auto | cpu | cuda. On CUDA both trainers keep their own defaults for precision (bf16) and "
-            "gradient checkpointing (on), as GAPOConfig and GRPOConfig pick them; on CPU both run float32 without."
+            "gradient checkpointing (on), as GAPOConfig and GRPOConfig pick them; on CPU both run without, in --dtype."
         },
     )
     seed: int = field(default=0, metadata={"help": "Seed for data, LoRA init and sampling (both trainers)."})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "CPU: auto | float32 | bfloat16, the weights of both trainers' models. auto is what GAPOConfig's "
+            "policy_dtype picks here: bfloat16 on a CPU with bf16 units, else float32. (CUDA: bf16, as before.)"
+        },
+    )
     json_out: str | None = field(default=None, metadata={"help": "Also write the results to this JSON file."})
 
     def __post_init__(self) -> None:
@@ -125,6 +132,8 @@ class Args:
             raise ValueError(f"--micro_batch {self.micro_batch} and G {self.num_generations} must divide one another")
         if self.lora_target not in ("attention", "all"):
             raise ValueError(f"--lora_target must be attention or all, got {self.lora_target!r}")
+        if self.dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"--dtype must be auto, float32 or bfloat16, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"--device must be auto, cpu or cuda, got {self.device!r}")
         if self.device == "cuda" and not torch.cuda.is_available():
@@ -320,19 +329,28 @@ def timed(cls: type) -> type:
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def cpu_dtype(args: Args) -> torch.dtype | None:
+    """The CPU weights' dtype for both trainers (`--dtype`; auto as GAPOConfig.policy_dtype resolves it); None on CUDA
+    (gapo.models' bf16)."""
+    from gapo.trainer import cpu_has_bf16
+
+    if DEVICE == "cuda":
+        return None
+    name = args.dtype if args.dtype != "auto" else ("bfloat16" if cpu_has_bf16() else "float32")
+    return getattr(torch, name)
+
+
 def load_model(args: Args) -> tuple[torch.nn.Module, Any]:
     from gapo.models import load_model_and_tokenizer, load_tokenizer
 
     if args.model_config is None:
-        model, tokenizer = load_model_and_tokenizer(
-            args.model, device=DEVICE, dtype=torch.float32 if DEVICE == "cpu" else None
-        )
+        model, tokenizer = load_model_and_tokenizer(args.model, device=DEVICE, dtype=cpu_dtype(args))
     else:
         from transformers import AutoConfig, AutoModelForCausalLM
 
         tokenizer = load_tokenizer("tiny-random")  # the embedded Qwen2.5 tokenizer
         config = AutoConfig.from_pretrained(args.model_config)
-        dtype = torch.bfloat16 if DEVICE == "cuda" else torch.float32
+        dtype = torch.bfloat16 if DEVICE == "cuda" else cpu_dtype(args)
         with torch.random.fork_rng(devices=[]), torch.device(DEVICE):
             torch.manual_seed(args.seed)
             model = AutoModelForCausalLM.from_config(config, dtype=dtype)
@@ -367,7 +385,7 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
         seed=args.seed,
         use_cpu=DEVICE == "cpu",
         bf16=DEVICE == "cuda",
-        # CPU: float32 without checkpointing (bf16 backward takes tens of minutes there). CUDA: each trainer's own
+        # CPU: no checkpointing and no autocast (the weights are in --dtype). CUDA: each trainer's own
         # default (checkpointing on), which is what a user of either gets.
         **({"gradient_checkpointing": False} if DEVICE == "cpu" else {}),
         logging_steps=1,
@@ -674,7 +692,8 @@ def main(argv: list[str] | None = None) -> None:
         DEVICE = args.device
     hf_logging.set_verbosity_error()
     device_name = torch.cuda.get_device_name() if DEVICE == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"step_speed: {device_name}; model {args.model_config or args.model}; torch {torch.__version__}")
+    weights = "bf16" if DEVICE == "cuda" else str(cpu_dtype(args)).removeprefix("torch.")
+    print(f"step_speed: {device_name}; model {args.model_config or args.model} ({weights}); torch {torch.__version__}")
     print(f"settings: {json.dumps({k: v for k, v in asdict(args).items() if k != 'json_out'})}")
     results: dict[str, Any] = {"device": device_name, "args": asdict(args)}
     started = time.perf_counter()

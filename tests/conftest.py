@@ -81,6 +81,8 @@ def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
     def make(reward_funcs=None, train_dataset=None, lora=True, **overrides):  # noqa: ANN001, ANN003, ANN202
         args = tiny_gapo_args(**overrides)
         model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
+        if "policy_dtype" in overrides:  # as `gapo train` does (other tests keep float32 whatever the CPU)
+            model = model.to(getattr(torch, args.policy_dtype))
         return GAPOTrainer(
             model=model,
             reward_funcs=reward_funcs if reward_funcs is not None else [frequency_reward],

@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
+from gapo import trainer as trainer_module
 from gapo.backends import lora_config
 from gapo.rewards import frequency_reward, group_reward
 from gapo.tasks.lists import make_list_selection_dataset
-from gapo.trainer import GAPOConfig, compute_group_rewards, split_groups
+from gapo.trainer import GAPOConfig, compute_group_rewards, cpu_has_bf16, split_groups
 
 # --- config ------------------------------------------------------------------------------------------------------
 
@@ -23,6 +24,20 @@ def test_paper_defaults_and_cpu_precision(tmp_path):  # noqa: ANN001
     assert (lora.r, lora.lora_alpha, lora.lora_dropout) == (64, 32, 0.1)
     if not torch.cuda.is_available():
         assert args.bf16 is False and args.gradient_checkpointing is False and args.use_cpu is True
+
+
+def test_policy_dtype_follows_the_cpus_bf16_units(tmp_path, monkeypatch):  # noqa: ANN001
+    assert cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert cpu_has_bf16("flags\t\t: fpu avx2 amx_bf16 amx_tile\n")
+    assert not cpu_has_bf16("flags\t\t: fpu avx2 avx512f avx512bw\n")  # bf16 would run emulated: float32
+    for has, dtype in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(trainer_module, "cpu_has_bf16", lambda has=has: has)
+        args = GAPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32)
+        assert args.policy_dtype == dtype and args.bf16 is False  # weights in bf16, no autocast
+    pinned = GAPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32, policy_dtype="float32")
+    assert pinned.policy_dtype == "float32"
+    with pytest.raises(ValueError, match="policy_dtype must be one of auto, float32, bfloat16, got 'fp16'"):
+        GAPOConfig(output_dir=str(tmp_path), policy_dtype="fp16")
 
 
 def test_config_errors(tmp_path):  # noqa: ANN001
@@ -107,6 +122,25 @@ def test_steps_change_lora_weights_and_log_metrics(tiny_gapo_trainer, shared_pro
         "rewards/per_completion_length/mean",
     ):
         assert key in logged, key
+
+
+def test_bfloat16_policy_learns_with_float32_lora(tiny_gapo_trainer):  # noqa: ANN001
+    """GAPOConfig.policy_dtype="bfloat16" (`gapo train` casts the loaded policy): the LoRA weights stay float32 and
+    move, the shared-prompt path runs, the loss is finite."""
+
+    def shorter(completions, **kwargs):  # noqa: ANN001, ANN202  (a spread in every group)
+        return [-0.1 * len(c[-1]["content"]) for c in completions]
+
+    trainer = tiny_gapo_trainer([shorter], shared_prompt_forward=True, policy_dtype="bfloat16")
+    before = lora_state(trainer.model)
+    assert before and all(w.dtype == torch.float32 for w in before.values())
+    assert trainer.model.get_base_model().lm_head.weight.dtype == torch.bfloat16
+    trainer.train()
+    after = lora_state(trainer.model)
+    assert [k for k in before if not torch.equal(before[k], after[k])], "no LoRA weight changed in bfloat16"
+    losses = [row["loss"] for row in trainer.state.log_history if "loss" in row]
+    assert losses and all(math.isfinite(x) for x in losses)
+    assert trainer._shared_prompt_note is None  # the shared-prompt path did not fall back
 
 
 def test_bad_dataset_rows_fail_before_training(tiny_gapo_trainer):  # noqa: ANN001
