@@ -214,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         shapes = [StepShape(args.prompts, args.prompt_tokens, args.rows, args.completion_tokens, args.max_length)]
         measured = []
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.dtype}, {len(shapes)} step shapes")
-    timings = Timings(Weights(config, getattr(torch, args.dtype)))
+    need = max(rows for s in shapes for part in passes(s).values() for _, rows, _ in part)
+    if need > GRID[-1]:
+        parser.error(f"a pass of {need} rows: more than the {GRID[-1]} this times")
+    grid = GRID[: next(i for i, m in enumerate(GRID) if m >= need) + 1]  # time only up to the largest pass
+    timings = Timings(Weights(config, getattr(torch, args.dtype)), grid)
     floors = [floor_seconds(s, timings) for s in shapes]
     totals = [sum(f.values()) for f in floors]
     i = totals.index(statistics.median_low(totals))
