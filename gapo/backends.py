@@ -21,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import re
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -174,6 +176,19 @@ def reload_colocated_weights(generation: Any) -> None:
     generation.sync_weights = sync_weights
 
 
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes in bfloat16 natively (the AVX512-BF16 or AMX-BF16 flag of /proc/cpuinfo).
+
+    Why a flag and not torch: oneDNN also runs bf16 on CPUs without these units, emulated and slower than float32.
+    Off Linux (no /proc/cpuinfo) the answer is False: float32, the safe choice."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return False
+    return re.search(r"\b(avx512_bf16|amx_bf16)\b", cpuinfo) is not None
+
+
 def require_cuda(what: str) -> None:
     """One line for a GPU-only setting (a GPU profile, say) on a CPU-only machine."""
     if not torch.cuda.is_available():
@@ -203,7 +218,9 @@ def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple
     """Load `(model, tokenizer, peft_config)` for training on `args.backend`; pass all three to GAPOTrainer.
 
     Unsloth: FastLanguageModel with the LoRA applied here (peft_config None). PEFT: gapo.models loads the model and
-    the trainer applies `lora_config(args)`. The backend that ran is logged and kept in `args.backend`.
+    the trainer applies `lora_config(args)`. Either way the weights load in `args.policy_dtype` (GAPOConfig has
+    resolved `auto` by now); PEFT's LoRA weights stay float32. The backend that ran is logged and kept in
+    `args.backend`.
     """
     from gapo import models
 
@@ -218,7 +235,7 @@ def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple
             model_name=models.resolve_model_path(model_name),
             max_seq_length=max_seq_length,
             load_in_4bit=False,
-            dtype=torch.bfloat16 if args.bf16 else None,
+            dtype=getattr(torch, args.policy_dtype),
         )
         model = FastLanguageModel.get_peft_model(
             model,
@@ -230,6 +247,8 @@ def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple
             random_state=args.seed,
         )
         return model, tokenizer, None
-    model, tokenizer = models.load_model_and_tokenizer(model_name, device="cpu" if args.use_cpu else None)
+    model, tokenizer = models.load_model_and_tokenizer(
+        model_name, dtype=getattr(torch, args.policy_dtype), device="cpu" if args.use_cpu else None
+    )
     model.train()
     return model, tokenizer, lora_config(args)

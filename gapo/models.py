@@ -150,7 +150,8 @@ def load_model_and_tokenizer(
             offline default, Qwen2.5-Coder-0.5B-Instruct; ``"tiny-random"``, a random ~1M-parameter Qwen2).
         adapter: optional directory of a PEFT LoRA adapter trained on this base; merged views are not made, so
             the returned model is a `PeftModel` (trainable adapters stay off).
-        dtype: parameter dtype; default float32 on CPU (no bf16 units on the target CPUs), bfloat16 on CUDA.
+        dtype: parameter dtype; default float32 on CPU (evaluation samples in float32 there, so its rows do not
+            depend on whether the CPU has bf16 units), bfloat16 on CUDA.
         device: ``"cpu"``/``"cuda"``; default CUDA when available.
     """
     from transformers import AutoModelForCausalLM

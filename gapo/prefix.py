@@ -266,9 +266,11 @@ def _lm_head_logps(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of `targets` under `softmax(head(hidden) / temperature)`, 0 where `mask` is False.
 
-    Only the real (unmasked) positions go through the head, in chunks of rows, each recomputed in backward
-    (activation checkpointing), so the (B, C, V) logits are never held whole; the numbers are TRL's plain path's
-    (`selective_log_softmax` and `entropy_from_logits`, public TRL utilities).
+    Only the real (unmasked) positions go through the head, in chunks of rows, so the (B, C, V) logits are never held
+    whole; the numbers are TRL's plain path's (`selective_log_softmax` and `entropy_from_logits`, public TRL
+    utilities). With more than one chunk each is recomputed in backward (activation checkpointing), so one chunk's
+    logits live at a time. A single chunk is not: its recomputation would come back in backward while the whole
+    graph is still alive, the same peak for a second pass through the head (0.5 s of the embedded 9 s CPU step).
     """
     from torch.utils.checkpoint import checkpoint
     from trl.trainer.utils import entropy_from_logits, selective_log_softmax
@@ -281,9 +283,10 @@ def _lm_head_logps(
         entropy = entropy_from_logits(logits) if compute_entropy else logits.new_zeros(t.shape)
         return selective_log_softmax(logits, t), entropy
 
+    chunked = torch.is_grad_enabled() and hidden.size(0) > LOGPROB_ROWS
     parts = [
         checkpoint(chunk_logps, hidden[i : i + LOGPROB_ROWS], picked[i : i + LOGPROB_ROWS], use_reentrant=False)
-        if torch.is_grad_enabled()
+        if chunked
         else chunk_logps(hidden[i : i + LOGPROB_ROWS], picked[i : i + LOGPROB_ROWS])
         for i in range(0, hidden.size(0), LOGPROB_ROWS)
     ]
@@ -525,7 +528,13 @@ def encode_prompts(
     if bool((lengths < width).any()):
         mask = (torch.arange(width, device=device)[None, :] >= (width - lengths)[:, None]).long()  # (U, P)
     positions = mask_positions(mask) if mask is not None else None
-    cache, out = prefill(model, ids, mask, positions, logits_to_keep=1)
+    # The last position's logits. On CPU (torch 2.13) a frozen weight (PEFT's) times the strided slice
+    # `hidden[:, -1:]` runs, in bfloat16, as a bmm that copies the weight for every prompt (pytorch/pytorch#151934):
+    # 1.1 s for Qwen's 152k-row head, more than the prompts' own forward. An index tensor gives a contiguous slice and
+    # the same logits bit for bit. float32 keeps the plain slice: its logits differ in the last bit, and the
+    # evaluation's samples were drawn from them.
+    keep = 1 if getattr(model, "dtype", torch.float32) == torch.float32 else torch.tensor([width - 1], device=device)
+    cache, out = prefill(model, ids, mask, positions, logits_to_keep=keep)
     return EncodedPrompts(cache, ids, mask, out.logits[:, -1, :].float(), lengths)
 
 

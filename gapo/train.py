@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from gapo import backends, defaults, models
 from gapo.checkpoints import last_checkpoint, remove_incomplete
 from gapo.config import add_params_flags, config_from_cli, params_values
@@ -278,8 +276,6 @@ def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dic
     write_json_atomic(out / "config.json", run_config(script, args), indent=2)
 
     model, tokenizer, peft_config = backends.load_policy(script.model, args)
-    if peft_config is not None:  # PEFT: the weights in GAPOConfig.policy_dtype (Unsloth picks its own)
-        model = model.to(getattr(torch, args.policy_dtype))
     trainer = GAPOTrainer(
         model=model,
         reward_funcs=reward_funcs,

@@ -41,9 +41,7 @@ From Python: `gapo.backends.load_policy` gives (model, tokenizer, peft_config) f
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,7 +49,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults, prefix
-from gapo.backends import BACKENDS, reload_colocated_weights, unsloth_compiled
+from gapo.backends import BACKENDS, cpu_has_bf16, reload_colocated_weights, unsloth_compiled
 from gapo.rewards import is_group_reward, validate_group_rewards
 
 logger = logging.getLogger(__name__)
@@ -67,8 +65,8 @@ class GAPOConfig(GRPOConfig):
     switches.
 
     Precision follows the device: on CUDA bf16 with gradient checkpointing (TRL's defaults); on CPU no checkpointing,
-    and the policy's weights in bfloat16 where the CPU has bf16 units (AVX512-BF16 or AMX: a GAPO step 1.85x faster
-    than in float32, docs/performance.md), else float32 (emulated bf16 is slower than float32 there).
+    and the policy's weights in bfloat16 where the CPU has bf16 units (AVX512-BF16 or AMX: a GAPO step 1.4-1.7x
+    faster than in float32 on this repository's CPU, docs/performance.md), else float32 (oneDNN would emulate bf16).
     """
 
     num_generations: int | None = defaults.NUM_GENERATIONS.field()
@@ -206,19 +204,6 @@ def config_problem(args: GAPOConfig) -> str | None:
 
 
 POLICY_DTYPES = ("auto", "float32", "bfloat16")
-
-
-def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU computes in bfloat16 natively (the AVX512-BF16 or AMX-BF16 flag of /proc/cpuinfo).
-
-    Why a flag and not torch: oneDNN also runs bf16 on CPUs without these units, emulated and slower than float32.
-    Off Linux (no /proc/cpuinfo) the answer is False: float32, the safe choice."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    return re.search(r"\b(avx512_bf16|amx_bf16)\b", cpuinfo) is not None
 
 
 # --------------------------------------------------------------------------------------------------------------------

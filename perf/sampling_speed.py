@@ -40,10 +40,10 @@ from pathlib import Path
 
 import torch
 
-from gapo.chat import render_prompt
 from gapo.metrics import jsd_from_uniform
 from gapo.models import load_model_and_tokenizer
 from gapo.prefix import decode_rows, decoding_from_generation_config, encode_prompts
+from gapo.repro.chat import render_prompt
 from gapo.repro.prompts import UNIFORMITY_LISTS, list_prompt, user_message
 from gapo.repro.sampling import sample_completions
 from gapo.repro.sampling.transformers_backend import _chunk_seed

@@ -55,7 +55,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch  # noqa: E402
 
-from gapo import chat  # noqa: E402
+from gapo.repro import chat  # noqa: E402
 
 # --------------------------------------------------------------------------------------------------------------------
 # Arguments
@@ -332,7 +332,7 @@ def timed(cls: type) -> type:
 def cpu_dtype(args: Args) -> torch.dtype | None:
     """The CPU weights' dtype for both trainers (`--dtype`; auto as GAPOConfig.policy_dtype resolves it); None on CUDA
     (gapo.models' bf16)."""
-    from gapo.trainer import cpu_has_bf16
+    from gapo.backends import cpu_has_bf16
 
     if DEVICE == "cuda":
         return None

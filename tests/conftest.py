@@ -80,9 +80,9 @@ def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
 
     def make(reward_funcs=None, train_dataset=None, lora=True, **overrides):  # noqa: ANN001, ANN003, ANN202
         args = tiny_gapo_args(**overrides)
-        model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
-        if "policy_dtype" in overrides:  # as `gapo train` does (other tests keep float32 whatever the CPU)
-            model = model.to(getattr(torch, args.policy_dtype))
+        # float32 unless a test names policy_dtype (as backends.load_policy loads it), whatever the CPU
+        dtype = getattr(torch, args.policy_dtype) if "policy_dtype" in overrides else torch.float32
+        model, tokenizer = load_model_and_tokenizer("tiny-random", dtype=dtype, device="cpu")
         return GAPOTrainer(
             model=model,
             reward_funcs=reward_funcs if reward_funcs is not None else [frequency_reward],

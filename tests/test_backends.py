@@ -28,6 +28,16 @@ def test_auto_and_peft_resolve_to_peft_on_cpu():
         backends.resolve("vllm")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_load_policy_loads_the_weights_in_policy_dtype(tmp_path, dtype: str):  # noqa: ANN001
+    """The PEFT path loads the base weights in GAPOConfig.policy_dtype (`gapo train` does no cast of its own); the
+    LoRA config comes back for the trainer to apply."""
+    args = GAPOConfig(output_dir=str(tmp_path), use_cpu=True, per_device_train_batch_size=32, policy_dtype=dtype)
+    model, _, peft_config = backends.load_policy("tiny-random", args)
+    assert args.backend == "peft" and peft_config is not None and model.training
+    assert {p.dtype for p in model.parameters()} == {getattr(torch, dtype)}
+
+
 @CPU_ONLY
 def test_gpu_only_settings_refuse_in_one_line():
     with pytest.raises(ValueError, match="backend 'unsloth' needs a CUDA GPU; use --backend peft"):

@@ -1,10 +1,10 @@
-"""gapo.chat: one rendering of chat prompts, pre-filled answers included, for sampling, SFT and the trainer."""
+"""gapo.repro.chat: one rendering of chat prompts, pre-filled answers included, for sampling, SFT and benchmarks."""
 
 from __future__ import annotations
 
 import pytest
 
-from gapo import chat
+from gapo.repro import chat
 
 USER = [{"role": "user", "content": "Name a planet."}]
 PREFILLED = [*USER, {"role": "assistant", "content": "<answer>"}]

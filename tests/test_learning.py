@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gapo import chat
 from gapo.metrics import jsd_from_uniform
 from gapo.models import load_tokenizer
+from gapo.repro import chat
 from gapo.repro.offline import TinyRandomSpec, tiny_random_model
 from gapo.rewards import extract_answer, frequency_reward
 from gapo.tasks.lists import chat_prompt, list_prompt

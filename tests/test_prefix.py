@@ -106,8 +106,12 @@ def test_group_prompts_first_appearance_order() -> None:
     assert torch.equal(ids[first][inverse] * mask, ids * mask)
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_logps_loss_and_lora_grads_match_trl(tokenizer, attn: str) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("attn", "head_rows"),
+    [("sdpa", prefix.LOGPROB_ROWS), ("eager", prefix.LOGPROB_ROWS), ("sdpa", 4)],  # 4: several chunks, checkpointed
+)
+def test_logps_loss_and_lora_grads_match_trl(tokenizer, attn: str, head_rows: int, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setattr(prefix, "LOGPROB_ROWS", head_rows)
     model = make_policy(tokenizer, attn)
     input_ids, attention_mask, c = mixed_batch()
     completion_mask = attention_mask[:, -c:]
@@ -201,6 +205,23 @@ def test_prefill_and_expand_cache_equal_a_forward_over_every_row(tokenizer) -> N
     torch.testing.assert_close(out.logits[inverse], plain.logits, rtol=1e-5, atol=1e-5)
     assert prefix.expand_cache(cache, inverse) is cache and cache.layers[0].keys.shape[0] == input_ids.size(0)
     assert prefix.mask_positions(torch.tensor([[0, 0, 1, 1, 1]])).tolist() == [[0, 0, 0, 1, 2]]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_encode_prompts_logits_are_the_last_positions_bit_for_bit(tokenizer, dtype: torch.dtype) -> None:  # noqa: ANN001
+    """`encode_prompts` keeps the last position's logits through an index tensor in bfloat16 (a contiguous slice:
+    torch's CPU linear copies a frozen weight per row for the strided one) and the plain slice in float32: both give
+    exactly what `logits_to_keep=1` gives, so no sample changes with it."""
+    model = make_policy(tokenizer).to(dtype)
+    model.requires_grad_(False)  # PEFT's frozen base, what the slow path needs
+    model.eval()
+    prompts = [[5, 6, 7, 8, 9], [11, 12, 13]]
+    with torch.no_grad():
+        encoded = prefix.encode_prompts(model, prompts, PAD, torch.device("cpu"))
+        positions = prefix.mask_positions(encoded.mask)
+        _, plain = prefix.prefill(model, encoded.ids, encoded.mask, positions, logits_to_keep=1)
+    assert encoded.logits.dtype == torch.float32 and encoded.logits.shape == (2, plain.logits.size(-1))
+    assert torch.equal(encoded.logits, plain.logits[:, -1, :].float())
 
 
 def test_unsupported_configurations(tokenizer) -> None:  # noqa: ANN001

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gapo.repro.sampling as sampling
-from gapo.chat import render_prompt
+from gapo.repro.chat import render_prompt
 from gapo.repro.sampling import (
     OpenAIBackend,
     Sampler,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gapo.chat import render_prompt
+from gapo.repro.chat import render_prompt
 from gapo.repro.sft import SFTConfig, build_item_batch, item_completion_ids, per_row_nll, summed_item_loss, train_sft
 
 PROMPTS = [

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from gapo import trainer as trainer_module
-from gapo.backends import lora_config
+from gapo.backends import cpu_has_bf16, lora_config
 from gapo.rewards import frequency_reward, group_reward
 from gapo.tasks.lists import make_list_selection_dataset
-from gapo.trainer import GAPOConfig, compute_group_rewards, cpu_has_bf16, split_groups
+from gapo.trainer import GAPOConfig, compute_group_rewards, split_groups
 
 # --- config ------------------------------------------------------------------------------------------------------
 
@@ -125,8 +125,8 @@ def test_steps_change_lora_weights_and_log_metrics(tiny_gapo_trainer, shared_pro
 
 
 def test_bfloat16_policy_learns_with_float32_lora(tiny_gapo_trainer):  # noqa: ANN001
-    """GAPOConfig.policy_dtype="bfloat16" (`gapo train` casts the loaded policy): the LoRA weights stay float32 and
-    move, the shared-prompt path runs, the loss is finite."""
+    """GAPOConfig.policy_dtype="bfloat16" (`backends.load_policy` loads the policy in it): the LoRA weights stay
+    float32 and move, the shared-prompt path runs, the loss is finite."""
 
     def shorter(completions, **kwargs):  # noqa: ANN001, ANN202  (a spread in every group)
         return [-0.1 * len(c[-1]["content"]) for c in completions]

@@ -40,10 +40,10 @@ from peft import PeftModel, get_peft_model
 
 from gapo import defaults
 from gapo.backends import lora_config
-from gapo.chat import render_prompt
 from gapo.config import config_from_cli
 from gapo.io import atomic_dir
 from gapo.models import load_model_and_tokenizer
+from gapo.repro.chat import render_prompt
 from gapo.tasks.lists import make_list_selection_dataset
 
 logger = logging.getLogger(__name__)

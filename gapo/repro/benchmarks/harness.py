@@ -12,8 +12,9 @@ Why an `LM` subclass instead of lm-eval's `HFLM(pretrained=model)`: HFLM generat
 ``model.generate`` and a stop-string criterion, while gapo's sampler encodes a group of prompts once and decodes all of
 them together with its own seeded generators (the same code Tables 1 and 3 use), and its vLLM and OpenAI backends take
 the same chat messages. So `apply_chat_template` hands lm-eval the messages themselves (as JSON); `generate_until` reads
-them back and the sampler renders them with the tokenizer's template (`gapo.chat.render`), pre-filled assistant turn
-(HumanEval's ``gen_prefix``) included. lm-eval's `until` strings are applied by cutting the returned text.
+them back and the sampler renders them with the tokenizer's template (`gapo.repro.chat.render`), pre-filled
+assistant turn (HumanEval's ``gen_prefix``) included. lm-eval's `until` strings are applied by cutting the returned
+text.
 
 Without the hub: lm-eval loads the tasks with `datasets`' ``json`` builder from local files, and no task or metric
 module that needs the hub is imported (lm-eval's humaneval loads `code_eval` from the hub; our YAMLs do not include it).
@@ -164,7 +165,7 @@ class GapoLM(LM):
         return self.name
 
     def chat_template(self, chat_template: bool | str = False) -> str | None:
-        return "gapo.chat.render"
+        return "gapo.repro.chat.render"
 
     def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """The messages themselves, as JSON: the sampler renders them (a final assistant message is a pre-fill)."""

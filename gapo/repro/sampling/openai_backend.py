@@ -10,7 +10,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from gapo.chat import ChatPrompt, split_prefill
+from gapo.repro.chat import ChatPrompt, split_prefill
 from gapo.repro.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy, one_line
 from gapo.repro.sampling.transformers_backend import _progress_bar
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from gapo.chat import ChatPrompt
+from gapo.repro.chat import ChatPrompt
 from gapo.repro.sampling.openai_backend import OpenAIBackend
 from gapo.repro.sampling.params import BACKENDS, SamplingParams
 from gapo.repro.sampling.transformers_backend import TransformersBackend

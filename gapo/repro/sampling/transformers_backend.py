@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gapo.chat import ChatPrompt, render_prompt
 from gapo.prefix import Decoding, decode_rows, encode_prompts, filter_logits, next_tokens, sample_from_probs
+from gapo.repro.chat import ChatPrompt, render_prompt
 from gapo.repro.sampling.params import SamplingParams, _check_request, _warn_greedy
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gapo.chat import ChatPrompt, render_prompt
+from gapo.repro.chat import ChatPrompt, render_prompt
 from gapo.repro.sampling.params import SamplingError, SamplingParams, _check_request, _warn_greedy
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """Chat rendering: the one place a chat prompt becomes the exact text (or token ids) a model continues.
 
-Sampling, evaluation, SFT, the trainer's prompt tokenization and the speed benchmarks all go through `render`, so
-training and evaluation see the same text for the same prompt.
+Sampling, evaluation, SFT and the speed benchmarks all go through `render`, so SFT and every evaluation see the same
+text for the same prompt. It lives in the harness: the trainer needs none of it, since TRL applies the tokenizer's
+template to the dataset's chat prompts itself (with `continue_final_message` for a pre-filled answer, which this
+module matches on the Qwen2.5 templates, tests/test_chat.py).
 
 A pre-filled answer start (a *prefix* such as ``<answer>``) is either a final assistant message, TRL's way, or a
 `response_prefix` argument, or both (appended in that order). It is rendered as the template's generation prompt
