@@ -189,6 +189,15 @@ def shapes_from_log(path: Path, num_generations: int) -> tuple[list[StepShape], 
     return shapes, times
 
 
+def logged_dtype(log: Path) -> str | None:
+    """The policy dtype a logged run trained in: `policy_dtype` of the config.json `gapo train` writes beside its
+    metrics.jsonl; None when there is none. Why: a floor is only the run's own floor in the run's precision."""
+    try:
+        return json.loads((log.parent / "config.json").read_text()).get("policy_dtype")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--log", type=Path, help="a GAPO run's metrics.jsonl: every step's shape, and its step_time")
@@ -233,9 +242,12 @@ def main(argv: list[str] | None = None) -> int:
         total_floor = sum(totals)
         print(
             f"logged: {len(shapes)} steps, step_time sum {sum(measured):.1f} s"
-            f" (median {statistics.median(measured):.2f}), floor sum {total_floor:.1f} s:"
-            f" the steps took {sum(measured) / total_floor:.2f}x their floor"
+            f" (median {statistics.median(measured):.2f}), {args.dtype} floor sum {total_floor:.1f} s:"
+            f" the steps took {sum(measured) / total_floor:.2f}x that floor"
         )
+        trained = logged_dtype(args.log)
+        if trained is not None and trained != args.dtype:
+            print(f"note: the run trained in {trained}, so this is not its own floor (--dtype {trained} is)")
         print(f"measured_rollouts_per_min={60 * sum(s.rows for s in shapes) / sum(measured):.1f}")
         floor = total_floor / len(shapes)
     print(f"floor_s={floor:.4g}")

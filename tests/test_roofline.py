@@ -89,3 +89,21 @@ def test_bad_arguments_are_one_line_before_anything_is_timed(tmp_path, capsys):
     with pytest.raises(SystemExit):
         roofline.main(["--log", str(tmp_path / "missing.jsonl")])
     assert "no such file" in capsys.readouterr().err
+
+
+def test_a_floor_in_another_dtype_than_the_run_says_so(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(TINY))
+    (run / "config.json").write_text(json.dumps({"policy_dtype": "bfloat16"}))  # what `gapo train` writes
+    step = {"step": 1, "rollouts": 8.0, "num_tokens": 112.0, "completions/mean_length": 3.0,
+            "completions/max_length": 5.0, "step_time": 2.5}  # fmt: skip
+    (run / "metrics.jsonl").write_text(json.dumps(step) + "\n")
+    argv = ["--config", str(config), "--log", str(run / "metrics.jsonl"), "--num-generations", "4"]
+    assert roofline.main([*argv, "--dtype", "float32"]) == 0
+    out = capsys.readouterr().out
+    assert "x that floor" in out and "float32 floor sum" in out
+    assert "note: the run trained in bfloat16, so this is not its own floor (--dtype bfloat16 is)" in out
+    assert roofline.main([*argv, "--dtype", "bfloat16"]) == 0
+    assert "note:" not in capsys.readouterr().out
