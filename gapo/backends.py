@@ -189,12 +189,6 @@ def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
     return re.search(r"\b(avx512_bf16|amx_bf16)\b", cpuinfo) is not None
 
 
-def require_cuda(what: str) -> None:
-    """One line for a GPU-only setting (a GPU profile, say) on a CPU-only machine."""
-    if not torch.cuda.is_available():
-        raise ValueError(f"{what} needs a CUDA GPU and none is visible; use the embedded or smoke profile on CPU")
-
-
 # --------------------------------------------------------------------------------------------------------------------
 # Loading the policy
 # --------------------------------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ the current umask, so a result written atomically is as readable as one written 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -93,13 +92,6 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     return Path(path)
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Write `data` to `path` atomically; returns the path."""
-    with atomic_open(path, "wb") as f:
-        f.write(data)
-    return Path(path)
-
-
 def json_ready(value: Any) -> Any:
     """`value` made JSON-ready: numpy scalars to Python, NaN/inf to None (DVC and JSON readers choke on NaN)."""
     if isinstance(value, Mapping):
@@ -177,12 +169,3 @@ def atomic_dir(path: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file, read in 4 MiB chunks (the caches hash multi-GB weights)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()

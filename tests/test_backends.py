@@ -13,6 +13,7 @@ import torch
 
 from gapo import backends, models
 from gapo.io import temp_glob
+from gapo.repro.pipeline import require_cuda
 from gapo.trainer import GAPOConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ def test_gpu_only_settings_refuse_in_one_line():
         backends.check_vllm(True, "tiny-random")
     backends.check_vllm(False, "tiny-random")
     with pytest.raises(ValueError, match="profile 'paper' needs a CUDA GPU"):
-        backends.require_cuda("profile 'paper'")
+        require_cuda("profile 'paper'")
 
 
 def test_gapo_config_device_defaults(tmp_path):  # noqa: ANN001

@@ -97,7 +97,7 @@ def test_entry_point_sections_stay_readable_by_their_commands() -> None:
 
     script, train = parse_args(["--params", str(PARAMS)])
     raw = yaml.safe_load(PARAMS.read_text())["train"]
-    assert script.model == "embedded" and train.num_generations == raw["num_generations"] == 16
+    assert script.model == "embedded" and train.num_generations == raw["num_generations"] == 32
     assert train.max_steps == raw["max_steps"]
     assert train.per_device_train_batch_size == raw["per_device_train_batch_size"]
     (data,) = config_from_cli([DataConfig], ["--params", str(PARAMS)], "gapo data", "data", "")

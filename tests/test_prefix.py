@@ -107,11 +107,20 @@ def test_group_prompts_first_appearance_order() -> None:
 
 
 @pytest.mark.parametrize(
-    ("attn", "head_rows"),
-    [("sdpa", prefix.LOGPROB_ROWS), ("eager", prefix.LOGPROB_ROWS), ("sdpa", 4)],  # 4: several chunks, checkpointed
+    ("attn", "head_rows", "bucket_saving"),
+    [
+        ("sdpa", prefix.LOGPROB_ROWS, prefix.BUCKET_SAVING),
+        ("eager", prefix.LOGPROB_ROWS, prefix.BUCKET_SAVING),
+        ("sdpa", 4, prefix.BUCKET_SAVING),  # 4: several chunks, checkpointed
+        ("sdpa", prefix.LOGPROB_ROWS, 0.0),  # two length buckets always
+        ("eager", prefix.LOGPROB_ROWS, 1.0),  # one bucket always
+    ],
 )
-def test_logps_loss_and_lora_grads_match_trl(tokenizer, attn: str, head_rows: int, monkeypatch) -> None:  # noqa: ANN001
+def test_logps_loss_and_lora_grads_match_trl(  # noqa: ANN001
+    tokenizer, attn: str, head_rows: int, bucket_saving: float, monkeypatch
+) -> None:
     monkeypatch.setattr(prefix, "LOGPROB_ROWS", head_rows)
+    monkeypatch.setattr(prefix, "BUCKET_SAVING", bucket_saving)
     model = make_policy(tokenizer, attn)
     input_ids, attention_mask, c = mixed_batch()
     completion_mask = attention_mask[:, -c:]
@@ -138,6 +147,24 @@ def test_logps_loss_and_lora_grads_match_trl(tokenizer, attn: str, head_rows: in
     assert grads.keys() == ref_grads.keys() and len(grads) == 3 * 7 * 2  # every LoRA A and B of 3 layers
     worst = max(rel_err(grads[k], ref_grads[k]) for k in grads)
     assert worst < 1e-4, worst
+
+
+def test_length_buckets_split_only_when_it_saves_enough(monkeypatch) -> None:  # noqa: ANN001
+    """Known inputs: the shortest rows go apart at their own width when that saves BUCKET_SAVING of the padded
+    tokens; the buckets cover every row once."""
+    got = [(rows.tolist(), width) for rows, width in prefix.length_buckets(torch.tensor([3, 9, 4, 10]))]
+    assert got == [([0, 2], 4), ([1, 3], 10)]  # 28 token columns instead of 40
+    even = prefix.length_buckets(torch.tensor([9, 10, 10, 8]))  # at best 9 + 30 = 39 of 40: not worth a forward
+    assert [(rows.tolist(), width) for rows, width in even] == [([0, 1, 2, 3], 10)]
+    assert [(r.tolist(), w) for r, w in prefix.length_buckets(torch.tensor([5]))] == [([0], 5)]
+    assert [(r.tolist(), w) for r, w in prefix.length_buckets(torch.tensor([0, 0]))] == [([0, 1], 1)]  # all padding
+    monkeypatch.setattr(prefix, "BUCKET_SAVING", 0.5)
+    assert len(prefix.length_buckets(torch.tensor([3, 9, 4, 10]))) == 1  # 30% < 50%
+    lengths = torch.randint(0, 17, (32,), generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(prefix, "BUCKET_SAVING", 0.0)
+    buckets = prefix.length_buckets(lengths)
+    assert sorted(torch.cat([rows for rows, _ in buckets]).tolist()) == list(range(32))
+    assert all(int(lengths[rows].max()) <= width for rows, width in buckets)
 
 
 def test_no_grad_chunks_and_disabled_adapter_match_trl(tokenizer) -> None:  # noqa: ANN001

