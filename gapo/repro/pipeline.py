@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 
+from gapo.backends import cuda_available
 from gapo.config import DEFAULT_PROFILE
 from gapo.io import write_text_atomic
 from gapo.repro.profiles import DEFAULT_PARAMS, STAGES, PipelineError, resolve, set_profile, set_top_level, stage_params
@@ -66,7 +66,7 @@ def needs_gpu(resolved: Mapping[str, Mapping[str, Any]]) -> bool:
 
 def require_cuda(what: str) -> None:
     """One line for a GPU-only setting (a GPU profile, say) on a CPU-only machine."""
-    if not torch.cuda.is_available():
+    if not cuda_available():
         raise ValueError(f"{what} needs a CUDA GPU and none is visible; use the embedded or smoke profile on CPU")
 
 
