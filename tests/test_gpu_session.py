@@ -187,3 +187,21 @@ def test_embedded_gguf_parts_are_the_model_the_offline_loader_checks() -> None:
     assert sum(p.stat().st_size for p in parts) == offline.EMBEDDED_GGUF_SIZE
     assert set(gpu_session.TRAINING_WHEELS) < set(gpu_session.WHEELS)
     assert not any("unsloth" in spec for spec in gpu_session.TRAINING_WHEELS)
+
+
+def test_no_weights_payload_brings_the_built_tiny_random_model(tmp_path):  # noqa: ANN001
+    """`prepare --no-weights` packs the built tiny-random model into gapo's cache on the GPU: assembled there, it is the
+    same files, and gapo resolves `tiny-random` from that cache without building it (no GGUF there)."""
+    files = gpu_session.tiny_random_files()
+    assert {"cache/tiny-random/model/config.json", "cache/tiny-random/model/model.safetensors"} <= set(files)
+    manifest = gpu_session.pack(files, tmp_path / "payload", 4 * gpu_session.MIB)
+    stage = tmp_path / "stage"
+    for load in manifest["loads"]:
+        gpu_session.receive(load, tmp_path / "payload", stage)
+    gpu_session.assemble(stage, install=False)
+    for dest, (source,) in files.items():
+        assert (stage / dest).read_bytes() == source.read_bytes()
+    probe = "from gapo.models import resolve_model_path; print(resolve_model_path('tiny-random'))"
+    env = {**os.environ, "GAPO_CACHE": str(stage / "cache")}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(stage / "cache/tiny-random/model")

