@@ -5,9 +5,11 @@ Workload: the two halves of a GAPO step on one fixed batch, G rows of the planet
 (`shared_prompt_logps` on those rows, LoRA r16 on the attention projections, as the embedded recipe). Each allocator
 runs in a fresh process (the setting is process-wide and cannot be undone), one warm-up repeat, then `--repeats`
 timed ones. Prints one line per allocator (median seconds of each half, minor page faults and kernel CPU seconds per
-repeat, peak RSS) and ends with ``speedup=X.XX`` (median step time, default over kept). CPU, about 3 minutes::
+repeat, peak RSS) and ends with ``speedup=X.XX`` (median step time, default over kept). One pair is within the
+run-to-run spread of a step here: alternate several (docs/performance.md). CPU, about 75 s a pair::
 
-    .venv/bin/python perf/allocator.py --out /tmp/gapo_eval/allocator.json
+    .venv/bin/python perf/allocator.py --out /tmp/gapo_eval/allocator.json          # one pair
+    for i in 1 2 3; do for m in default kept; do .venv/bin/python perf/allocator.py --mode $m; done; done
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-generations", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--mode", choices=MODES, help="time one allocator in this process and print its JSON")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     if args.mode:

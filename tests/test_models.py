@@ -251,3 +251,21 @@ def test_keep_freed_memory_reuses_freed_pages(mode: str) -> None:
     out = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT, mode], check=True, capture_output=True, text=True)
     fewest = int(out.stdout.split()[-1])
     assert fewest < 1_000 if mode == "kept" else fewest > 10_000
+
+
+def test_allocator_benchmark_times_both_allocators_on_a_tiny_model(tmp_path):  # noqa: ANN001
+    """perf/allocator.py end to end on tiny-random: one line per allocator, the speedup, and the JSON it names."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "allocator.json"
+    flags = ["--model", "tiny-random", "--num-generations", "4", "--max-new-tokens", "4", "--repeats", "1"]
+    proc = subprocess.run(
+        [sys.executable, "perf/allocator.py", *flags, "--out", str(out)], capture_output=True, text=True, check=True
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines[:2]] == ["default", "kept"]
+    assert lines[-1].startswith("speedup=") and float(lines[-1].split("=")[1]) > 0
+    result = json.loads(out.read_text())
+    assert result["kept"]["tokens"] == result["default"]["tokens"] > 0  # same draws: the same work for both
+    assert len(result["kept"]["repeats"]) == 1  # the timed repeats (the warm-up is not kept)
