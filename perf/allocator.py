@@ -2,7 +2,7 @@
 
 Workload: the two halves of a GAPO step on one fixed batch, G rows of the planets prompt: the rollouts (`encode_prompts`
 + `decode_rows`, a fixed generator, so every repeat decodes the same tokens) and the log-prob pass with its backward
-(`shared_prompt_logps` on those rows, LoRA r16 on the attention projections, as the embedded recipe). Each allocator
+(`shared_prompt_logps` on those rows, with the embedded recipe's LoRA from params.yaml `train`). Each allocator
 runs in a fresh process (the setting is process-wide and cannot be undone), one warm-up repeat, then `--repeats`
 timed ones. Prints one line per allocator (median seconds of each half, minor page faults and kernel CPU seconds per
 repeat, peak RSS) and ends with ``speedup=X.XX`` (median step time, default over kept). One pair is within the
@@ -22,6 +22,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
 
 MODES = ("default", "kept")
 
@@ -29,10 +32,10 @@ MODES = ("default", "kept")
 def run_mode(mode: str, model: str, g: int, repeats: int, max_new_tokens: int) -> dict:
     """One allocator's timings, in this process."""
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from gapo.backends import cpu_has_bf16
+    from gapo.backends import cpu_has_bf16, lora_config
     from gapo.models import keep_freed_memory, resolve_model_path
     from gapo.prefix import Decoding, decode_rows, encode_prompts, shared_prompt_logps
     from gapo.repro.chat import render_prompt
@@ -44,8 +47,9 @@ def run_mode(mode: str, model: str, g: int, repeats: int, max_new_tokens: int) -
     tokenizer = AutoTokenizer.from_pretrained(path)
     dtype = torch.bfloat16 if cpu_has_bf16() else torch.float32  # the embedded recipe's policy_dtype: auto
     policy = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)  # not gapo.models: it would set the allocator
-    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
-    policy = get_peft_model(policy, lora).train()
+    # the embedded recipe's LoRA (params.yaml `train`), through the trainer's own PEFT config
+    train = yaml.safe_load((Path(__file__).resolve().parents[1] / "params.yaml").read_text(encoding="utf-8"))["train"]
+    policy = get_peft_model(policy, lora_config(SimpleNamespace(**train))).train()
     text, _ = render_prompt(tokenizer, user_message(list_prompt(UNIFORMITY_LISTS["planets"])))
     prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
     decoding = Decoding(max_new_tokens=max_new_tokens, eos_token_ids=(tokenizer.eos_token_id,))
