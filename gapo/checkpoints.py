@@ -1,12 +1,9 @@
 """Checkpoints of a training run: which one `--resume` continues from, and what a killed run left behind.
 
-transformers writes checkpoint-N/ in place: weights, optimizer, scheduler, RNG state, and trainer_state.json last.
-A kill during that save leaves a directory without (or with a torn) trainer_state.json, which `--resume` must not
-pick; a kill while the rotation deletes an older checkpoint leaves that one partial. So a checkpoint counts only
-when its trainer_state.json parses, names its own step, and its weights file is whole.
-
-Why beside `gapo.io` and not in `gapo.train`: the harness (`gapo.repro.pipeline`) asks the same question of a run
-directory, and a run must not call the pipeline nor the pipeline the run.
+transformers writes checkpoint-N/ in place, trainer_state.json last: a kill during that save leaves that file missing or
+torn, and one during the rotation leaves the checkpoint it was deleting partial. So a checkpoint counts only when its
+trainer_state.json parses, names its own step, and its weights file is whole. Not in `gapo.train` because the harness
+(`gapo.repro.pipeline`) asks the same of a run directory, and a run must not call the pipeline nor the pipeline the run.
 """
 
 from __future__ import annotations
@@ -61,11 +58,8 @@ def last_checkpoint(output_dir: str | Path) -> Path | None:
 
 
 def remove_incomplete(output_dir: Path, keep: Path | None) -> None:
-    """Delete partial checkpoints and temporary adapter directories left by a killed run.
-
-    Why: the trainer would otherwise save into a half-written checkpoint-N again, and its rotation (by mtime) could
-    keep a partial directory while deleting a complete one.
-    """
+    """Delete partial checkpoints and temporary adapter directories of a killed run; else the trainer saves into a
+    half-written checkpoint-N again and its rotation (by mtime) may keep a partial one and delete a whole one."""
     for path in output_dir.glob("checkpoint-*"):
         if path != keep and path.is_dir() and checkpoint_problem(path) is not None:
             logger.warning("removing incomplete checkpoint %s", path)
@@ -76,9 +70,7 @@ def remove_incomplete(output_dir: Path, keep: Path | None) -> None:
 
 def safetensors_problem(path: Path) -> str | None:
     """None when `path` is a whole safetensors file (its header parses and covers exactly the file); else why not.
-
-    Reads the header only, so a truncated or overwritten adapter is reported before any model is loaded.
-    """
+    Reads the header only, so a truncated or overwritten adapter is reported before any model is loaded."""
     size = path.stat().st_size
     try:
         with open(path, "rb") as f:

@@ -5,10 +5,7 @@ field's `help` metadata becomes its `--help` text (cleanrl style), flags take da
 booleans `--flag` / `--flag false`, lists spaces or commas (`--categories a,b`). `gapo train` takes two dataclasses
 (gapo.train.ScriptArguments and GAPOConfig), `gapo data` and `gapo sft` one each.
 
-The defaults several configs share live in `gapo.defaults`. In params.yaml the dataset settings likewise live in the
-`data` section only; `train` and `sft` receive them from it (`with_data_settings`), so the rows a run trains on are
-the rows `gapo data` writes.
-"""
+Shared defaults live in `gapo.defaults`; `train` and `sft` read dataset settings from `data` (`with_data_settings`)."""
 
 from __future__ import annotations
 
@@ -28,13 +25,9 @@ DATA_USERS: tuple[str, ...] = ("train", "sft")
 
 
 def with_data_settings(sections: Mapping[str, Any], where: str = "params.yaml") -> dict[str, Any]:
-    """`sections` (params.yaml's, one profile's) with `train` and `sft` given the dataset settings of `data`.
-
-    Why: the training stages train on the file the `generate` stage writes from `data`, and the train stage checks
-    the two agree row for row; one copy of the settings keeps them in step for every profile. A setting that `data`
-    leaves out stays out (the config's default, the same for both). A section that sets one itself is a one-line
-    error: that would be a second source for it.
-    """
+    """`sections` (one profile's) with `train` and `sft` given `data`'s dataset settings: they train on the file the
+    `generate` stage writes from `data` (the train stage checks they agree row for row). A setting `data` leaves out
+    stays out (the config default, the same for both); one also set in `train` or `sft` is a one-line error."""
     out = dict(sections)
     data = sections.get("data")
     if not isinstance(data, Mapping):
@@ -55,9 +48,8 @@ def with_data_settings(sections: Mapping[str, Any], where: str = "params.yaml") 
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """An ArgumentParser whose bad flags raise ValueError, which `gapo.cli` prints as one ``gapo: error:`` line.
-
-    Why: argparse's own error prints the whole usage block (twenty lines for `gapo train`) above the message."""
+    """An ArgumentParser whose bad flags raise ValueError, which `gapo.cli` prints as one ``gapo: error:`` line instead
+    of argparse's usage block (twenty lines for `gapo train`)."""
 
     def error(self, message: str) -> typing.NoReturn:
         raise ValueError(f"{self.prog}: {message} (see {self.prog} --help)")
@@ -76,8 +68,7 @@ def load_params(path: str | Path, section: str | None = None) -> dict[str, Any]:
     return dict(data[section] or {})
 
 
-#: params.yaml sections whose profile value replaces the default one whole (name -> spec mappings; merging would mix
-#: two profiles' models).
+#: Sections a profile replaces whole (name -> spec mappings: merging would mix two profiles' models).
 REPLACED_SECTIONS: frozenset[str] = frozenset({"models", "policies"})
 #: The profile the top-level sections of params.yaml are.
 DEFAULT_PROFILE = "embedded"
@@ -86,14 +77,10 @@ NOT_SECTIONS: tuple[str, ...] = ("profile", "profiles", "repo")
 
 
 def profile_sections(data: Mapping[str, Any], profile: str | None = None, where: str = "params.yaml") -> dict[str, Any]:
-    """Every section of a params file with a `profiles:` mapping, as `profile` (default: the file's `profile:`)
-    changes them; `train` and `sft` get the dataset settings of the resulting `data` (`with_data_settings`).
-
-    A profile lists every section ({} for no change); an ordinary section's keys are overridden one by one, the name
-    -> spec mappings of REPLACED_SECTIONS are replaced whole. Any mismatch is a one-line ValueError. Why in the core:
-    it is how the config file of every entry point (`gapo train --params`) is read; the harness's pipeline adds its
-    cross-checks of model names on top (gapo.repro.profiles).
-    """
+    """Every section of a params file with a `profiles:` mapping, as `profile` (default: the file's `profile:`) changes
+    them, then `with_data_settings`. A profile lists every section ({} for no change) and overrides an ordinary section
+    key by key, REPLACED_SECTIONS whole; a mismatch is a one-line ValueError. Core, not harness: every entry point reads
+    its params file this way; gapo.repro.profiles adds the pipeline's model-name checks."""
     name = profile if profile is not None else data.get("profile", DEFAULT_PROFILE)
     profiles = data["profiles"]
     if name not in profiles:
@@ -127,10 +114,8 @@ def profile_sections(data: Mapping[str, Any], profile: str | None = None, where:
 
 
 def profile_section(path: str | Path, section: str) -> dict[str, Any]:
-    """params.yaml's `section` as the file's active `profile:` resolves it (`profile_sections`), so that `gapo train`
-    in a profile's workspace trains what that profile's pipeline stage trains; a plain section when the file has no
-    `profiles:` mapping or the profiles do not cover the section. Either way `train` and `sft` get the dataset
-    settings of `data` (`with_data_settings`)."""
+    """params.yaml's `section` as the file's active `profile:` resolves it (`profile_sections`), so `gapo train` in a
+    profile's workspace trains what its pipeline stage trains; else the plain section, with `with_data_settings`."""
     data = load_params(path)
     if not isinstance(data.get("profiles"), dict) or section not in data:
         load_params(path, section)  # a missing section is a one-line error naming those there
@@ -146,12 +131,8 @@ def config_from_cli(
     description: str,
     defaults: Mapping[str, Any] | None = None,
 ) -> list[Any]:
-    """One instance of each of `classes`: their defaults (`defaults` on top, a command's own), overridden by
-    params.yaml[section] (as its active profile resolves it), overridden by flags given on the command line. Every
-    mistake is one line (`OneLineErrorParser`).
-
-    Why `HfArgumentParser` builds the flags and not argparse by hand: TRL's and transformers' configs parse with it
-    (GAPOConfig's fields include TrainingArguments'), and our own dataclasses follow the same conventions."""
+    """One instance of each of `classes`: their defaults (a command's own `defaults` on top), overridden by
+    params.yaml[section] as its active profile resolves it, then by flags; every mistake is one line."""
     from transformers import HfArgumentParser  # unsloth: transformers loads after gapo.backends.activate (gapo train)
 
     Parser = type("Parser", (HfArgumentParser,), {"error": OneLineErrorParser.error})  # noqa: N806
@@ -175,8 +156,8 @@ def config_from_cli(
 
 
 def params_values(params: str, section: str, no_params: bool = False) -> dict[str, Any]:
-    """The `section` of the params file `params` as its profile resolves it; {} with `no_params`, or when the default
-    params.yaml is absent (a named file that is absent is a one-line error)."""
+    """The `section` of `params` as its profile resolves it; {} with `no_params` or without the default params.yaml
+    (a named file that is absent is a one-line error)."""
     if no_params:
         return {}
     if Path(params).is_file():

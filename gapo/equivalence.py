@@ -1,34 +1,27 @@
 """When do two answers "say the same thing"? One equivalence layer for the rewards and for evaluation.
 
 Why one layer: a reward that counts "Paris" and "paris." as two answers pays the model for a trick that unique@n
-does not count, and the reverse hides real collapse. The group rewards in `gapo.rewards` and Unique@n in
-`gapo.metrics` both take an `Equivalence` and use the same partition of the answers into classes.
+(`gapo.repro.scores.unique_at`) does not count, and the reverse hides real collapse; so both take one `Equivalence`.
 
-An `Equivalence` is a chain of steps, each merging classes of the previous one (so classes only grow):
+An `Equivalence` is a chain of steps, each merging classes of the previous one (classes only grow):
 
     Exact()                    same string                                  (the starting point)
     Normalized()               same `normalize_answer` key: case, spacing, edge punctuation
     EmbeddingClusters(t)       cosine similarity of sentence embeddings >= t (MiniLM offline), single linkage
     Classifier(fn)             a user's fn(texts) -> K x K "same?" matrix
 
-A *key step* (Exact, Normalized) maps each class's representative text to a new key; equal keys merge. A *link
-step* (EmbeddingClusters, Classifier) sees the K distinct representatives (sorted, so the result does not depend on
-the order of the group), returns a symmetric K x K boolean matrix, and linked classes merge (connected components:
-single linkage, which is order-free, unlike greedy clustering). The merged class's representative is its smallest
-member text.
+A *key step* (Exact, Normalized) maps each class's representative text to a key; equal keys merge. A *link step*
+(EmbeddingClusters, Classifier) maps the K distinct representatives, sorted, to a symmetric K x K boolean matrix;
+linked classes merge as connected components, so (unlike greedy clustering) the group's order does not matter.
 
-Cost per group of G answers, with K <= G distinct representatives after the key steps: key steps O(G); each link
-step K^2/2 comparisons and a K x K matrix (K = 500: 125k similarities, 2 MB), plus K new embeddings for texts not
-in the cache. `max_distinct` (default 2048) bounds K: a larger group is an error rather than a silent quadratic
-blow-up. Embeddings are cached per text (bounded LRU), classifier answers per set of texts, and whole partitions
-per tuple of answers, so a repeated answer ("Paris" in every group) is embedded once.
+Cost per group of G answers, K <= G distinct representatives after the key steps: key steps O(G); each link step K^2/2
+comparisons and a K x K matrix (K = 500: 125k similarities, 2 MB), plus K embeddings for texts not yet cached.
+`max_distinct` (default 2048) bounds K: a larger group is an error, not a silent quadratic blow-up. Embeddings are
+cached per text (bounded LRU), classifier answers per set of texts, partitions per tuple of answers, so a repeated
+answer ("Paris" in every group) is embedded once.
 
-Example:
-
-    >>> eq = Equivalence([Normalized()])
-    >>> eq.partition(["Paris", "paris.", None, "Rome"]).labels
-    (0, 0, None, 1)
-"""
+    >>> Equivalence([Normalized()]).partition(["Paris", "paris.", None, "Rome"]).labels
+    (0, 0, None, 1)"""
 
 from __future__ import annotations
 
@@ -49,17 +42,10 @@ _WHITESPACE = re.compile(r"\s+")
 MAX_DISTINCT = 2048
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Text normalisation and list matching: the one rule for rewards and evaluation
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def normalize_answer(answer: str | None) -> str | None:
-    """Canonical form for comparing answers; None when nothing is left.
-
-    Unicode NFKC, casefold, collapse whitespace, then strip punctuation and symbols at both ends (trailing ".",
-    "!", surrounding quotes or ``**`` markdown). "  The Great  Gatsby. " and '"the great gatsby"' are the same.
-    """
+    """Canonical form for comparing answers, None when nothing is left: NFKC, casefold, collapsed whitespace, and no
+    punctuation or symbols at either end (".", "!", quotes, ``**``), so "  The Great  Gatsby. " and '"the great
+    gatsby"' are the same."""
     if answer is None:
         return None
     text = _WHITESPACE.sub(" ", unicodedata.normalize("NFKC", answer).casefold()).strip()
@@ -77,17 +63,11 @@ def _is_edge_noise(char: str) -> bool:
 
 
 def match_item(answer: str | None, items: Sequence[str]) -> str | None:
-    """The list item that `answer` names under `normalize_answer`, or None: the matching rule of rewards *and* metrics.
+    """The list item that `answer` names under `normalize_answer` (" mars. " -> "Mars"), or None; when two items
+    normalise alike ("Moby-Dick", "moby-dick"), the first in list order.
 
-    Training and evaluation used to differ (the reward matched exactly, evaluation after normalising), so a model was
-    paid -1 for "mars." that the JSD metric counted as Mars. Both now call this. When two items normalise alike
-    ("Moby-Dick", "moby-dick"), the first in list order wins.
-
-    >>> match_item(" mars. ", ["Venus", "Mars"])
-    'Mars'
-    >>> match_item("Marz", ["Venus", "Mars"]) is None
-    True
-    """
+    The one matching rule of rewards *and* metrics: a reward matching exactly while evaluation normalises would pay a
+    model -1 for "mars." that the JSD metric counts as Mars."""
     key = normalize_answer(answer)
     if key is None:
         return None
@@ -95,11 +75,6 @@ def match_item(answer: str | None, items: Sequence[str]) -> str | None:
         if normalize_answer(item) == key:
             return item
     return None
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Steps
-# --------------------------------------------------------------------------------------------------------------------
 
 
 @runtime_checkable
@@ -174,14 +149,12 @@ class EmbeddingClusters:
     """Link texts whose sentence embeddings have cosine similarity >= `threshold` (single linkage).
 
     Args:
-        threshold: in (0, 1]. Cosine similarities under MiniLM, measured on normalised answers: "nyc" / "new york"
-            0.94, "paris" / "paris, france" 0.93, "spaghetti" / "pasta" 0.80, "red" / "blue" 0.73, two different
-            cities 0.43-0.62. So 0.9 merges spellings of one thing and keeps neighbours apart; check on your own
-            answers before trusting a value.
-        encoder: a name for `gapo.embeddings.embed` (MiniLM, bundled, works offline).
-        embed_fn: texts -> (n, d) unit vectors, instead of the encoder (for tests or a model you already hold).
-        cache_size: texts whose embeddings are kept (384 floats each for MiniLM: 50k texts ~ 77 MB).
-    """
+        threshold: in (0, 1]. MiniLM cosine similarities of normalised answers: "nyc" / "new york" 0.94, "paris" /
+            "paris, france" 0.93, "spaghetti" / "pasta" 0.80, "red" / "blue" 0.73, two different cities 0.43-0.62.
+            So 0.9 merges spellings of one thing and keeps neighbours apart; check on your own answers first.
+        encoder: a name for `gapo.embeddings.embed` (default MiniLM: bundled, offline).
+        embed_fn: texts -> (n, d) unit vectors, instead of the encoder (tests, or a model you already hold).
+        cache_size: texts whose embeddings are kept (MiniLM: 384 floats each, 50k texts ~ 77 MB)."""
 
     name = "embedding"
 
@@ -219,11 +192,8 @@ class EmbeddingClusters:
 
 
 class Classifier:
-    """Link texts that a user-supplied classifier calls the same.
-
-    `fn(texts)` gets K distinct texts and returns a (K, K) array-like whose truthy entries mean "same class"; it
-    must be symmetric. Answers are cached per tuple of texts, so the classifier (often a model) runs once per set.
-    """
+    """Link texts that a user's `fn(texts)` calls the same: K distinct texts -> a symmetric (K, K) array-like, truthy
+    for "same class"; cached per tuple of texts, so a classifier that is a model runs once per set."""
 
     def __init__(self, fn: Callable[[list[str]], Any], name: str | None = None, cache_size: int = 1024) -> None:
         if not callable(fn):
@@ -263,18 +233,10 @@ def check_link_matrix(name: str, answer: Any, size: int) -> np.ndarray:
     return matrix
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Partition
-# --------------------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Partition:
-    """Equivalence classes of one group of answers.
-
-    labels: per answer, its class (0, 1, ... in order of first appearance), or None for no answer.
-    representatives: per class, the text that stands for it (the smallest member after the last step).
-    """
+    """Equivalence classes of one group: `labels` per answer (0, 1, ... in order of first appearance; None for no
+    answer), `representatives` per class (its smallest member text after the last step)."""
 
     labels: tuple[int | None, ...]
     representatives: tuple[str, ...]
@@ -313,11 +275,9 @@ class Equivalence:
     """A chain of steps that partitions a group of answers (see the module docstring).
 
     Args:
-        steps: KeyStep / LinkStep objects, applied in order. Default: ``[Normalized()]``, the matching that
-            unique@n always used.
+        steps: KeyStep / LinkStep objects, applied in order; default ``[Normalized()]``, unique@n's original matching.
         max_distinct: the most distinct representatives a link step may see (bounds its O(K^2) cost).
-        cache_size: partitions kept, keyed by the tuple of answers.
-    """
+        cache_size: partitions kept, keyed by the tuple of answers."""
 
     def __init__(
         self, steps: Sequence[KeyStep | LinkStep] | None = None, max_distinct: int = MAX_DISTINCT, cache_size: int = 256
@@ -378,14 +338,9 @@ class Equivalence:
 
 
 def equivalence_from_spec(spec: str | Equivalence | None) -> Equivalence:
-    """An `Equivalence` from a short config string: steps joined by ``+``.
-
-    ``exact``, ``normalized``, ``embedding`` or ``embedding:0.85`` (threshold). A classifier cannot be spelled in a
-    string: build ``Equivalence([..., Classifier(fn)])`` in code. None gives the default (normalized).
-
-    >>> equivalence_from_spec("normalized+embedding:0.8").name
-    'normalized+embedding'
-    """
+    """An `Equivalence` from a config string of steps joined by ``+`` (``"normalized+embedding:0.8"``): ``exact``,
+    ``normalized``, ``embedding`` or ``embedding:0.85`` (threshold); None gives the default (normalized). A classifier
+    cannot be spelled in a string: build ``Equivalence([..., Classifier(fn)])`` in code."""
     if spec is None or isinstance(spec, Equivalence):
         return spec or Equivalence()
     steps: list[KeyStep | LinkStep] = []

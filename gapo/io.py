@@ -1,11 +1,9 @@
 """Atomic writes: the one place gapo writes a file or directory that others (DVC, a resumed run, a reader) rely on.
 
-Every write goes to a temp name next to the target (``.{name}.XXXXXXXX.partial``, same filesystem) and is renamed
-into place only when complete, so a reader sees the old content or the new, never half of it; on any failure the
-temp is removed, so a kill-free failure leaves nothing behind. Temp files and directories are created private
-(mkstemp 0600, mkdtemp 0700); before the rename they get the mode `open()`/`mkdir()` would have given them under
-the current umask, so a result written atomically is as readable as one written plainly.
-"""
+Every write goes to a temp name next to the target (``.{name}.XXXXXXXX.partial``, same filesystem), renamed into place
+only when complete: a reader sees the old content or the new, never half, and a failure short of a kill leaves nothing
+behind. Temps are created private (mkstemp 0600, mkdtemp 0700) and get the mode `open()`/`mkdir()` would give under the
+current umask before the rename, so a result written atomically is as readable as one written plainly."""
 
 from __future__ import annotations
 
@@ -42,19 +40,13 @@ def _umask() -> int:
 
 
 def temp_glob(target: str | Path) -> str:
-    """Glob pattern (relative to the target's folder) of the temp names `target`'s atomic writes use.
-
-    Why: a killed process cannot clean up; whoever resumes in that folder removes these (see gapo.train)."""
+    """Glob pattern (relative to the target's folder) of the temp names `target`'s atomic writes use: a killed process
+    cannot clean up, so whoever resumes in that folder removes these (see gapo.train)."""
     return f".{Path(target).name}.*{TEMP_SUFFIX}"
 
 
 def _temp_prefix(target: Path) -> str:
     return f".{target.name}."
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Files
-# --------------------------------------------------------------------------------------------------------------------
 
 
 @contextmanager
@@ -106,8 +98,7 @@ def json_ready(value: Any) -> Any:
 
 
 def write_json_atomic(path: str | Path, document: Any, **dumps_kwargs: Any) -> Path:
-    """``json.dumps(json_ready(document), **dumps_kwargs)`` plus a final newline, written atomically (UTF-8, no
-    escaping). The one JSON writer: results, metrics, run configs and summaries all go through it."""
+    """The one JSON writer (results, metrics, run configs, summaries): `json_ready(document)`, UTF-8, atomically."""
     dumps_kwargs.setdefault("ensure_ascii", False)
     return write_text_atomic(path, json.dumps(json_ready(document), **dumps_kwargs) + "\n")
 
@@ -121,9 +112,9 @@ def write_jsonl_atomic(path: str | Path, records: Iterable[dict[str, Any]]) -> P
 
 
 def read_jsonl(path: str | Path, *, torn_tail: bool = False) -> list[dict[str, Any]]:
-    """The rows of a JSONL file (the one JSONL reader); a line that is not JSON is a one-line error naming the file
-    and line. `torn_tail=True` drops a bad *last* line with a warning instead: what a kill mid-append leaves in a log
-    (a training run's metrics.jsonl); a bad line anywhere else is not a kill's doing, so it stays an error."""
+    """The rows of a JSONL file (the one JSONL reader); a line that is not JSON is a one-line error naming file and
+    line. `torn_tail=True` instead drops a bad *last* line with a warning: what a kill mid-append leaves in a log (a
+    training run's metrics.jsonl); a bad line anywhere else is not a kill's doing, so it stays an error."""
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     rows = []
     for number, line in enumerate(lines, start=1):
@@ -140,20 +131,13 @@ def read_jsonl(path: str | Path, *, torn_tail: bool = False) -> list[dict[str, A
     return rows
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Directories
-# --------------------------------------------------------------------------------------------------------------------
-
-
 @contextmanager
 def atomic_dir(path: str | Path, *, overwrite: bool = True) -> Iterator[Path]:
-    """Yield an empty temp directory next to `path`; fill it in the block, and on normal exit it becomes `path`.
+    """Yield an empty temp directory next to `path` to fill in the block; on normal exit it becomes `path`.
 
-    `overwrite=True` replaces an existing `path` (removed just before the rename: the one moment a reader can find
-    no directory, never a partial one). `overwrite=False` keeps an existing `path` and discards the new copy, for
-    caches that concurrent processes may build at once: the first complete one wins. On an exception the temp
-    directory is removed and `path` is left as it was.
-    """
+    `overwrite=True` replaces an existing `path` (removed just before the rename: the one moment a reader can find no
+    directory, never a partial one). `overwrite=False` keeps an existing `path` and discards the new copy, for caches
+    that concurrent processes may build at once: the first complete one wins."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target), suffix=TEMP_SUFFIX))

@@ -1,12 +1,10 @@
 """Load the policy model and tokenizer by name: a hub id, a local directory, or a registered offline model.
 
-Why registered names: on a machine without the model hub a model has to come from somewhere else, and how it gets
-there (packages, a conversion, a cache) is not the method's business. A package registers a name under the
-entry-point group ``gapo.models`` (name -> a function returning a directory `from_pretrained` reads, built once);
-`resolve_model_path` looks it up. This repository's harness registers ``embedded`` (the default policy,
-Qwen2.5-Coder-0.5B-Instruct, shipped in registry packages) and ``tiny-random`` (`gapo.repro.offline`); a user adds
-their own the same way in their pyproject.toml.
-"""
+Why registered names: without the model hub a model must come from elsewhere, and how (packages, a conversion, a
+cache) is not the method's business. A package registers a name under the entry-point group ``gapo.models`` (name -> a
+function returning a directory `from_pretrained` reads, built once); `resolve_model_path` looks it up. The harness
+(`gapo.repro.offline`) registers ``embedded`` (the default policy, Qwen2.5-Coder-0.5B-Instruct, shipped in registry
+packages) and ``tiny-random`` (a random ~1M-parameter Qwen2); a user registers their own in their pyproject.toml."""
 
 from __future__ import annotations
 
@@ -37,11 +35,6 @@ def plugins(group: str) -> dict[str, EntryPoint]:
 def offline_models() -> dict[str, EntryPoint]:
     """The registered offline model names (entry-point group ``gapo.models``), without loading any."""
     return plugins(MODEL_PLUGINS)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Checks before loading: LoRA targets against the architecture, adapter files
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def module_names(name: str) -> list[str]:
@@ -87,17 +80,10 @@ def check_adapter(adapter: str) -> None:
         raise ModelLoadError(f"adapter {adapter!r}: adapter_model.safetensors is {problem}; train it or copy it again")
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Public entry point
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def resolve_model_path(name: str) -> str:
-    """A directory `from_pretrained` reads for a registered offline model (built on first use), else `name` itself.
-
-    Raises a one-line error for a name that cannot work offline, before anything heavy is loaded. Loaders that take
-    only a path (Unsloth's, vLLM's) get one for every name this way.
-    """
+    """A directory `from_pretrained` reads for a registered offline model (built on first use), else `name` itself,
+    so loaders that take only a path (Unsloth's, vLLM's) get one for every name. A name that cannot work offline is a
+    one-line error before anything heavy loads."""
     registered = offline_models()
     if name in registered:
         return str(registered[name].load()())
@@ -113,11 +99,8 @@ def resolve_model_path(name: str) -> str:
 
 
 def _hub_offline() -> bool:
-    """gapo runs offline unless the user asks for the hub with HF_HUB_OFFLINE=0.
-
-    Why the default is offline: on a machine without the hub, an unknown name otherwise spends about a minute in
-    retries before an OSError; the check takes no time.
-    """
+    """gapo runs offline unless HF_HUB_OFFLINE=0: without the hub, an unknown name would spend about a minute in
+    retries before an OSError; this check takes no time."""
     return os.environ.get("HF_HUB_OFFLINE", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
@@ -136,14 +119,12 @@ _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 def keep_freed_memory() -> bool:
     """Let this process reuse the memory it frees instead of handing it back to the kernel; whether it took (glibc).
 
-    Why, on CPU: glibc serves an allocation above its mmap threshold (at most 32 MiB) with a fresh `mmap`, unmaps it
-    on free and trims the heap's free top, so each large tensor of a step (the LM head's logits, rows x a 152k
-    vocabulary of floats, their softmax and gradients) is faulted in again page by page, zeroed by the kernel each
-    time. Served from the heap and kept there, the pages are reused. One fixed G=32 step of the embedded recipe
-    (`perf/allocator.py`, three alternating pairs of processes): 4.62 s against 5.07 s, page faults 260,000 -> 4,000
-    and kernel time 0.53 -> 0.05 s a step (docs/performance.md). Called where a model loads on the CPU
-    (`load_model_and_tokenizer`): training, SFT and the evaluation sampler.
-    """
+    Why, on CPU: glibc serves an allocation above its mmap threshold (at most 32 MiB) with a fresh `mmap`, unmaps it on
+    free and trims the heap's free top, so each large tensor of a step (the LM head's logits, rows x a 152k vocabulary,
+    their softmax and gradients) is faulted in again page by page, zeroed by the kernel each time; kept in the heap,
+    the pages are reused. One fixed G=32 step of the embedded recipe (`perf/allocator.py`, three alternating pairs of
+    processes): 4.62 s against 5.07 s, page faults 260,000 -> 4,000, kernel time 0.53 -> 0.05 s (docs/performance.md).
+    Called where a model loads on the CPU (`load_model_and_tokenizer`): training, SFT and the evaluation sampler."""
     try:
         mallopt = ctypes.CDLL("libc.so.6").mallopt
     except (OSError, AttributeError):  # not glibc (macOS, musl): its allocator is left as it is
@@ -169,14 +150,10 @@ def load_model_and_tokenizer(
     """Load `(model, tokenizer)`.
 
     Args:
-        name: a hub id, a local directory or a registered offline model (`offline_models`: ``"embedded"``, the
-            offline default, Qwen2.5-Coder-0.5B-Instruct; ``"tiny-random"``, a random ~1M-parameter Qwen2).
-        adapter: optional directory of a PEFT LoRA adapter trained on this base; merged views are not made, so
-            the returned model is a `PeftModel` (trainable adapters stay off).
-        dtype: parameter dtype; default float32 on CPU (evaluation samples in float32 there, so its rows do not
-            depend on whether the CPU has bf16 units), bfloat16 on CUDA.
-        device: ``"cpu"``/``"cuda"``; default CUDA when available.
-    """
+        name: a hub id, a local directory or a registered offline model (`offline_models`, module docstring).
+        adapter: a PEFT LoRA adapter directory trained on this base; not merged: a `PeftModel`, adapter not trainable.
+        dtype: float32 on CPU (so evaluation rows do not depend on the CPU having bf16 units), bfloat16 on CUDA.
+        device: ``"cpu"``/``"cuda"``; default CUDA when available."""
     from transformers import AutoModelForCausalLM
 
     if adapter is not None:

@@ -1,50 +1,30 @@
 """Shared-prompt forward: encode each distinct prompt once and run its G completions against that encoding.
 
-In GRPO/GAPO every prompt in a batch is repeated G times (once per completion), and TRL's log-prob pass runs the full
-`prompt + completion` sequence for every row, so the prompt is encoded G times. Here each distinct prompt is encoded
-once, its key/value cache is repeated to the rows that share it, and only the completion tokens are run as queries
-against it. Causal attention makes this exact (Prefix Grouper, arXiv 2506.05433): a prompt position never attends to a
-completion, so its hidden states and keys/values are the same in every row of its group, and the gradient that reaches
-them is the sum over the group's rows, which is what the repeat's backward (`index_select`) computes.
+TRL's log-prob pass runs `prompt + completion` for each of a group's G rows; here the prompt's key/value cache is
+repeated to them. Exact by causal attention (Prefix Grouper, arXiv 2506.05433): a prompt position never attends to a
+completion, so its hidden states and keys/values are the same in every row of its group, and the gradient reaching them
+is the sum over the group's rows, which the repeat's backward (`index_select`) computes.
 
-Layout of one micro-batch as TRL hands it over (P = padded prompt width, C = `logits_to_keep`; `.` is padding)::
+One micro-batch as TRL hands it over (P = padded prompt width, C = `logits_to_keep`; `.` is padding)::
 
-    input_ids (B, P+C)                         shared-prompt forward
-    row 0  . . a b c | x x x .                 pass 1, the U distinct prompts (U, P), once, with grad:
-    row 1  . . a b c | y y . .                    [. . a b c]  -> KV cache (U, P) + hidden at column P-1
-    row 2  d e f g h | z z z z                    [d e f g h]
-    row 3  . . a b c | w . . .                 pass 2, the completions (B, C), cache repeated to the rows:
-           prompts LEFT-padded | completions      row 0 attends to prompt "abc"'s keys, row 2 to "defgh"'s, ...
-           RIGHT-padded                        log p(completion token j) comes from hidden j-1 of pass 2, and
-                                               token 0's from the prompt's last hidden state (column P-1) in pass 1
+    input_ids (B, P+C): prompts LEFT-padded,   pass 1, the U distinct prompts (U, P), once, with grad:
+    completions RIGHT-padded                      [. . a b c] [d e f g h] -> KV cache (U, P) + hidden at column P-1
+    row 0  . . a b c | x x x .                 pass 2, the completions (B, C), cache repeated to the rows:
+    row 1  . . a b c | y y . .                    row 0 attends to prompt "abc"'s keys, row 2 to "defgh"'s, ...
+    row 2  d e f g h | z z z z                 log p(completion token j) comes from pass 2's hidden j-1, and
+    row 3  . . a b c | w . . .                 token 0's from the prompt's last hidden state (column P-1) in pass 1
 
-Rows that share a prompt need not be contiguous and a group may be split over micro-batches: rows are matched by the
-prompt tokens under the attention mask. Position ids are those of the plain path (`arange(P + C)` over the padded
-layout), and the log-probs/entropies come from TRL's own chunked LM-head kernel with the same temperature, so the two
-paths agree to float rounding (tests/test_prefix.py).
+Rows are matched by their prompt tokens under the attention mask, so a group need not be contiguous or whole in a
+micro-batch. Position ids are the plain path's (`arange(P + C)` over the padded layout) and the log-probs/entropies come
+from TRL's own functions at the same temperature, so the two paths agree to float rounding (tests/test_prefix.py).
 
-Public API:
+Entry points: `shared_prompt_logps` and `trainer_rollouts` replace `GRPOTrainer._get_per_token_logps_and_entropies` and
+`_generate_single_turn`; `encode_prompts` + `decode_rows` are the decoding loop, also the evaluation sampler's
+(`gapo.repro.sampling.transformers_backend`). Callers fall back to TRL on `Unsupported`.
 
-- `shared_prompt_logps(model, input_ids, attention_mask, logits_to_keep, ...)`: the drop-in for TRL's
-  `GRPOTrainer._get_per_token_logps_and_entropies` (returns `(logps, entropies)`).
-- `trainer_rollouts(trainer, prompt_ids, images, multimodal_fields)`: the drop-in for TRL's
-  `GRPOTrainer._generate_single_turn`: every prompt of the step prefilled once, all rows decoded as one batch with
-  TRL's generation config, finished rows dropped (None where TRL's own path must run).
-- `encode_prompts(model, prompts, pad_token_id, device)` and `decode_rows(model, encoded, rows, decoding, ...)`: that
-  prefill and that decoding loop, the one implementation under the trainer's rollouts and the evaluation sampler
-  (`gapo.repro.sampling.transformers_backend`); `Decoding`, `process_logits` and `next_tokens` choose each token as
-  `generate` does (temperature, top-k, top-p, min-p, repetition penalty, greedy).
-- `group_prompts(prompt_ids, prompt_mask)`: which rows share a prompt.
-- `prefill(module, input_ids, attention_mask, position_ids)` and `expand_cache(cache, rows)`: the prompt forward and
-  the cache expansion under all of the above, the one implementation of both; `mask_positions(attention_mask)`:
-  position ids of left-padded prompts.
-- `Unsupported`: raised for configurations this does not handle; callers fall back to the plain path.
-
-Mixed precision: TRL runs its log-prob forward inside `accelerator.autocast()`; call `shared_prompt_logps` inside it too
-(a no-op in float32). LoRA dropout: the plain path draws an independent dropout mask for every row's copy of the
-prompt, the shared path one mask per distinct prompt; each row's mask has the same distribution, so the expected
-gradient is the same, but the two are only identical with dropout off (as in the tests).
-"""
+Mixed precision: like TRL's log-prob forward, call `shared_prompt_logps` inside `accelerator.autocast()`. LoRA dropout:
+one mask per prompt, not per row's copy of it: each row's mask has the same distribution, so the expected gradient is
+the same, but the results are identical only with dropout off (as in the tests)."""
 
 from __future__ import annotations
 
@@ -73,11 +53,6 @@ BUCKET_SAVING = 0.15
 
 class Unsupported(RuntimeError):
     """This model or configuration is not handled by the shared-prompt path; the message says why."""
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Model inspection
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -147,28 +122,13 @@ def _backbone_and_head(model: nn.Module, for_training: bool) -> tuple[nn.Module,
     return backbone, head
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Grouping rows by prompt
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def group_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Find the distinct prompts of a batch.
+    """Find the distinct prompts of a batch: (B, P) token ids and attention mask -> `(first, inverse)`.
 
     Two rows share a prompt when their token ids agree wherever the mask is 1 and their masks agree (prompts are
-    left-padded to one width, so equal real tokens means equal padding). Rows need not be contiguous.
-
-    Args:
-        prompt_ids: (B, P) token ids.
-        prompt_mask: (B, P) attention mask, 1 for real tokens.
-
-    Returns:
-        `(first, inverse)`: `first` (U,) is the first row holding each distinct prompt, in order of first appearance,
-        and `inverse` (B,) maps every row to its prompt's index in `first`, so `prompt_ids[first][inverse]` equals
-        `prompt_ids` under the mask.
-
-    Example: rows with prompts [A, B, A, C, B] give first = [0, 1, 3], inverse = [0, 1, 0, 2, 1].
-    """
+    left-padded to one width, so equal real tokens means equal padding). `first` (U,) is the first row holding each
+    distinct prompt, in order of first appearance; `inverse` (B,) maps every row to its prompt's index in `first`.
+    Example: prompts `[A, B, A, C, B]` give `first = [0, 1, 3]`, `inverse = [0, 1, 0, 2, 1]`."""
     key = prompt_ids.masked_fill(prompt_mask == 0, -1)  # (B, P); -1 is no token id
     _, sorted_inverse = torch.unique(key, dim=0, return_inverse=True)  # unique ids in sorted order
     b = key.size(0)
@@ -182,17 +142,9 @@ def group_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[
     return first_sorted[order], rank[sorted_inverse]
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# The prefill: one forward over the distinct prompts, then their KV cache expanded to the rows that continue them
-# --------------------------------------------------------------------------------------------------------------------
-
-
 def mask_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids of left-padded rows counted from each row's first real token, 0 on the padding: (B, P) -> (B, P).
-
-    What `generate` gives a left-padded prompt (its padding positions differ, but padding is masked, so they never
-    reach a real token). Example: mask [0, 0, 1, 1, 1] gives [0, 0, 0, 1, 2].
-    """
+    """Position ids counted from each left-padded row's first real token as `generate` numbers them, 0 on the padding:
+    (B, P) mask -> (B, P), e.g. `[0, 0, 1, 1, 1]` -> `[0, 0, 0, 1, 2]`."""
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
@@ -205,28 +157,12 @@ def prefill(
 ) -> tuple[Any, Any]:
     """Run the U distinct prompts once and keep their keys/values: the shared half of every shared-prompt path.
 
-    Args:
-        module: what to run: a causal LM's backbone (returns hidden states) or the whole causal LM (logits).
-        input_ids: (U, P) the distinct prompts, left-padded.
-        attention_mask: (U, P) 1 on real tokens, or None when no prompt is padded (lets SDPA take its causal kernel).
-        position_ids: (U, P) or (1, P); None for the model's default `arange(P)`.
-        forward_kwargs: passed on to `module`, e.g. `logits_to_keep=1`.
-
-    Returns:
-        `(cache, output)`: a `DynamicCache` holding the prompts' keys/values (U rows, P columns), to be given to
-        `expand_cache`, and the module's output for the U prompts.
-
-    Grad mode is the caller's, so the same forward serves both callers, whose needs really differ:
-
-    - training log-probs (`shared_prompt_logps`): the backbone, with grad, on the whole prompt, positions `arange(P)`
-      over the padded layout (TRL's plain forward passes none), the last column's hidden state kept for the LM-head
-      kernel; expanded to every row of the micro-batch at once, differentiably.
-    - decoding (`encode_prompts`, for the trainer's rollouts and the evaluation sampler): the whole causal LM (any
-      model `generate` runs, including ones `Unsupported` turns away from the log-prob pass, such as soft-capped
-      logits) on the whole prompt with `logits_to_keep=1`, positions from the mask, mask None when nothing is padded.
-      The trainer expands the cache once to all rows of its step; the sampler keeps a group's cache and expands a
-      copy per chunk, since N samples of a prompt can exceed one batch.
-    """
+    `module` is a causal LM's backbone (hidden states, for `shared_prompt_logps`) or the whole causal LM (logits, for
+    `encode_prompts`: any model `generate` runs, including ones `Unsupported` turns away from the log-prob pass, such as
+    soft-capped logits); `input_ids` (U, P) the distinct prompts, left-padded; `attention_mask` (U, P) None when no
+    prompt is padded (lets SDPA take its causal kernel); `position_ids` (U, P) or (1, P), None for the model's default
+    `arange(P)`. Grad mode is the caller's, so one forward serves both. Returns `(cache, output)`: a `DynamicCache` of
+    the prompts' (U, P) keys/values for `expand_cache`, and the module's output."""
     from transformers import DynamicCache
 
     cache = DynamicCache(config=getattr(module, "config", None))
@@ -242,21 +178,13 @@ def prefill(
 
 
 def expand_cache(cache: Any, rows: torch.Tensor, copy: bool = False) -> Any:
-    """The cache of U prompts -> the cache of len(rows) rows, row i continuing prompt `rows[i]`.
-
-    Every layer's keys/values go from (U, heads, P, d) to (len(rows), heads, P, d) by `index_select`, whose backward
-    sums the gradients of a prompt's rows. In place (and returned) unless `copy`, which leaves `cache` as it was for
-    the next expansion (the sampler expands one group cache per chunk).
-    """
+    """The cache of U prompts -> the cache of len(rows) rows, row i continuing prompt `rows[i]`: every layer's
+    keys/values go (U, heads, P, d) -> (len(rows), heads, P, d) by `index_select`, whose backward sums the gradients
+    of a prompt's rows. In place (and returned) unless `copy`, which leaves `cache` intact."""
     if copy:
         cache = deepcopy(cache)
     cache.reorder_cache(rows)
     return cache
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Log-probs for training: the drop-in for GRPOTrainer._get_per_token_logps_and_entropies
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _lm_head_logps(
@@ -269,12 +197,9 @@ def _lm_head_logps(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs (and entropies) of `targets` under `softmax(head(hidden) / temperature)`, 0 where `mask` is False.
 
-    Only the real (unmasked) positions go through the head, in chunks of rows, so the (B, C, V) logits are never held
-    whole; the numbers are TRL's plain path's (`selective_log_softmax` and `entropy_from_logits`, public TRL
-    utilities). With more than one chunk each is recomputed in backward (activation checkpointing), so one chunk's
-    logits live at a time. A single chunk is not: its recomputation would come back in backward while the whole
-    graph is still alive, the same peak for a second pass through the head (0.5 s of the embedded 9 s CPU step).
-    """
+    Only the real positions go through the head, LOGPROB_ROWS at a time (TRL's functions). Several chunks are each
+    checkpointed (recomputed in backward), so one chunk's logits live at a time; a single one is not: recomputed while
+    the whole graph lives, it would keep the peak and cost a second head pass (0.5 s of the embedded 9 s CPU step)."""
     from torch.utils.checkpoint import checkpoint
     from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
@@ -326,8 +251,7 @@ def _shared_chunk(
     )
     last_prompt_hidden = prompt_out.last_hidden_state[:, -1]  # (U, H): predicts completion token 0
 
-    # Pass 2: the completions against their prompt's keys/values, positions P..P+C-1, in buckets of rows of similar
-    # length, each only as wide as its longest completion (right padding is most of what the short rows would run).
+    # Pass 2: the completions against their prompt's keys/values, positions P..P+C-1, per bucket (`length_buckets`).
     ends = (completion_mask * torch.arange(1, c + 1, device=input_ids.device)).amax(1)  # (B,) past the last token
     buckets = length_buckets(ends)
     parts = []
@@ -351,15 +275,12 @@ def _shared_chunk(
 
 
 def length_buckets(lengths: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
-    """Rows of one micro-batch as one or two `(rows, width)` buckets for the completions' pass: the shortest rows
-    apart when that leaves out at least BUCKET_SAVING of the padded batch's token columns, else all rows at once.
+    """Rows of one micro-batch as one or two `(rows, width)` buckets for the completions' pass: the shortest rows apart
+    when that leaves out at least BUCKET_SAVING of the padded batch's token columns, else all rows at once.
 
-    Why: completions are right-padded to the longest (11-12 tokens in a typical step of the embedded run, 16 when one
-    row runs to the cap, against a mean of about 9), and
-    every padded token runs through the forward and backward like a real one. A second forward has a fixed cost,
-    so a split must save a good share to pay. Example: lengths [3, 9, 4, 10] -> rows [0, 2] at width 4, rows [1, 3]
-    at width 10 (28 token columns instead of 40).
-    """
+    Why: completions are right-padded to the longest (embedded run: typically 11-12 tokens, 16 at the cap, mean about
+    9), a padded token costs a real one's forward and backward, and a second forward has a fixed cost. Example: lengths
+    [3, 9, 4, 10] -> rows [0, 2] at width 4, rows [1, 3] at width 10 (28 token columns, not 40)."""
     b = lengths.numel()
     rows = torch.arange(b, device=lengths.device)
     width = max(int(lengths.max()), 1) if b else 1
@@ -375,9 +296,8 @@ def length_buckets(lengths: torch.Tensor) -> list[tuple[torch.Tensor, int]]:
 
 
 def _select_cache(cache: Any, rows: torch.Tensor) -> Any:
-    """A new cache of len(rows) rows of `cache` (row i continuing row `rows[i]`), leaving `cache` as it was: one per
-    bucket of `_shared_chunk`, all differentiable back to the prompt pass (unlike `deepcopy`, which graph tensors
-    refuse)."""
+    """`expand_cache` into a new cache, leaving `cache` as it was: one per bucket of `_shared_chunk`, differentiable
+    back to the prompt pass (unlike `deepcopy`, which graph tensors refuse)."""
     from transformers import DynamicCache
 
     return DynamicCache(
@@ -398,26 +318,15 @@ def shared_prompt_logps(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of the completion tokens, encoding each distinct prompt once.
 
-    Same contract as TRL's `GRPOTrainer._get_per_token_logps_and_entropies` for a text-only model:
+    TRL's `GRPOTrainer._get_per_token_logps_and_entropies` contract for a text-only model. `model` is the policy (a
+    transformers causal LM, optionally PEFT-wrapped) or the reference model; `input_ids` and `attention_mask` (B, P+C)
+    are `cat(prompt_ids, completion_ids)` and `cat(prompt_mask, completion_mask)` (layout above); `logits_to_keep` is C;
+    `temperature` the trainer's sampling temperature; `batch_size` is rows per forward (TRL's memory chunking for the
+    old/reference pass; None: all at once), and prompts are only shared within such a chunk.
 
-    Args:
-        model: the policy (a transformers causal LM, optionally PEFT-wrapped) or the reference model.
-        input_ids: (B, P+C) `cat(prompt_ids, completion_ids)`, prompts left-padded, completions right-padded.
-        attention_mask: (B, P+C) `cat(prompt_mask, completion_mask)`.
-        logits_to_keep: C, the completion width.
-        compute_entropy: also return the entropy of each completion position's distribution.
-        temperature: logits are divided by it before the softmax (the trainer's sampling temperature).
-        batch_size: rows per forward (TRL's memory chunking for the old/reference pass); None runs all rows at once.
-            Prompts are only shared within a chunk.
-
-    Returns:
-        `(logps, entropies)`, each (B, C), zero at completion padding; `entropies` is None unless asked for.
-        `logps[i, j] = log softmax(logits / temperature)[completion_ids[i, j]]` at the position that predicts
-        completion token j (the prompt's last position for j = 0), so `exp(logps)` are the sampling probabilities.
-
-    Raises:
-        Unsupported: for models or settings this path does not handle (the message says which); fall back to TRL's.
-    """
+    Returns `(logps, entropies)`, each (B, C), zero at completion padding, `entropies` None unless `compute_entropy`:
+    `logps[i, j] = log softmax(logits / temperature)[completion_ids[i, j]]` at the position that predicts completion
+    token j (the prompt's last position for j = 0). Raises `Unsupported`, saying which model or setting it refuses."""
     backbone, head = _backbone_and_head(model, for_training=torch.is_grad_enabled())
     if not 0 < logits_to_keep < input_ids.size(1):
         raise Unsupported(f"logits_to_keep={logits_to_keep} leaves no prompt part in width {input_ids.size(1)}")
@@ -438,28 +347,19 @@ def shared_prompt_logps(
     return torch.cat(logps), (torch.cat(entropies) if compute_entropy else None)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Decoding: one loop for the trainer's rollouts and the evaluation sampler
-# --------------------------------------------------------------------------------------------------------------------
-#
-# Layout (U distinct prompts, B rows; rows of one prompt need not be contiguous)::
-#
+# Decoding: one loop for the trainer's rollouts and the evaluation sampler (U distinct prompts, B rows)::
 #     encode_prompts:  [. . a b c] [d e f g h]           -> cache (U, P), last-position logits (U, V), once each
 #     decode_rows:     rows [0 0 1 1 0]: cache (B, P)    -> step 1: 5 rows draw a token; row 3 emits EOS
 #                      cache (4, P+1) of rows [0 1 2 4]  -> step 2: 4 rows forward one token each, ...
-#
-# Finished rows leave the batch (their cache rows are dropped), so the last steps run on the few long completions
-# instead of decoding padding for every row as `generate` does.
+# Rows of a prompt need not be contiguous. Finished rows leave the batch with their cache rows, so the last steps run
+# only the few long completions instead of decoding padding for every row as `generate` does.
 
 
 @dataclass(frozen=True)
 class Decoding:
-    """How the next token is chosen: the part of transformers' `GenerationConfig` this loop implements.
-
-    Applied in `generate`'s order: the repetition penalty on the raw logits (over the row's prompt, padding included,
-    and its new tokens); then, when sampling, temperature, top-k, top-p and min-p; then one draw per row. Greedy
-    (argmax of the penalised logits) when `do_sample` is False or the temperature is 0.
-    """
+    """How the next token is chosen: the part of transformers' `GenerationConfig` this loop implements, in `generate`'s
+    order: the repetition penalty on the raw logits (over the row's prompt, padding included, and its new tokens); then,
+    when sampling, temperature, top-k, top-p and min-p, and one draw per row; else the argmax (`greedy`)."""
 
     max_new_tokens: int
     eos_token_ids: tuple[int, ...]
@@ -478,16 +378,11 @@ class Decoding:
 def filter_logits(logits: torch.Tensor, top_p: float = 1.0, min_p: float = 0.0, top_k: int = 0) -> torch.Tensor:
     """Mask (to -inf) the tokens that top-k, then top-p, then min-p remove; the most likely token always survives.
 
-    Args:
-        logits: (B, V) temperature-scaled logits.
-        top_p: keep the smallest set of most likely tokens whose probability reaches `top_p`.
-        min_p: then keep tokens with ``p >= min_p * max(p)`` (Nguyen et al. 2025).
-        top_k: first keep the `top_k` largest logits (ties at the k-th value kept); 0 keeps all.
-
-    The same sets as transformers' `TopKLogitsWarper`, `TopPLogitsWarper` and `MinPLogitsWarper` in that order
-    (tests/test_sampling.py compares them). Example: probabilities (0.5, 0.3, 0.15, 0.05) with top_p=0.8 keep the
-    first two; with min_p=0.2 instead the threshold is 0.1, keeping the first three; top_k=1 keeps the first.
-    """
+    `logits` (B, V) are temperature-scaled. `top_k` keeps the `top_k` largest logits (ties at the k-th value kept; 0
+    keeps all); `top_p` the smallest set of most likely tokens whose probability reaches `top_p`; `min_p` tokens with
+    ``p >= min_p * max(p)`` (Nguyen et al. 2025): transformers' `TopKLogitsWarper`, `TopPLogitsWarper` and
+    `MinPLogitsWarper` (tests/test_sampling.py). Example: probabilities (0.5, 0.3, 0.15, 0.05) with top_p=0.8 keep the
+    first two; min_p=0.2 (threshold 0.1) the first three; top_k=1 the first."""
     out = logits
     if 0 < top_k < out.size(-1):
         kth = torch.topk(out, top_k, dim=-1).values[..., -1:]  # (B, 1)
@@ -515,23 +410,18 @@ def penalize_repetition(logits: torch.Tensor, seen: torch.Tensor, penalty: float
 
 
 def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """Inverse-CDF sampling, one uniform per row: (B, V) probabilities -> (B,) token ids.
-
-    Why not `torch.multinomial` (what `generate` draws with): on CPU it is ~7x slower over a 152k vocabulary (0.19 s
-    vs 0.03 s for 32 rows), a large part of a decoding step of the 0.5B model. Zero-probability tokens are never drawn:
-    with ``searchsorted(right=True)`` token i needs ``cdf[i-1] <= u < cdf[i]``, an empty interval when p_i = 0.
-    `generator` None draws from torch's global generator (what the trainer's seed sets).
-    """
+    """Inverse-CDF sampling, one uniform per row: (B, V) probabilities -> (B,) token ids. Why not `torch.multinomial`
+    (what `generate` draws with): ~7x slower on CPU over a 152k vocabulary (0.19 s vs 0.03 s for 32 rows, much of a
+    decoding step of the 0.5B model). Zero-probability tokens are never drawn: with ``searchsorted(right=True)`` token i
+    needs ``cdf[i-1] <= u < cdf[i]``, empty when p_i = 0. `generator` None: the global one (seeded by the trainer)."""
     cdf = probs.cumsum(dim=-1)  # (B, V)
     u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
 
 
 def process_logits(logits: torch.Tensor, decoding: Decoding, seen: torch.Tensor | None = None) -> torch.Tensor:
-    """`generate`'s logits processors for `decoding`: (B, V) raw logits -> (B, V) float32 scores, -inf where a token
-    is filtered out; their softmax is the sampling distribution, their argmax the greedy token. `seen` (B, L) feeds
-    the repetition penalty (ignored when it is 1). Temperature and filters apply only when sampling, as in `generate`.
-    """
+    """`generate`'s logits processors for `decoding` (order: `Decoding`): (B, V) raw logits -> (B, V) float32 scores,
+    -inf where filtered out, whose softmax is the sampling distribution. `seen` (B, L) feeds the repetition penalty."""
     scores = logits.float()
     if decoding.repetition_penalty != 1.0 and seen is not None:
         scores = penalize_repetition(scores, seen, decoding.repetition_penalty)
@@ -566,8 +456,7 @@ class EncodedPrompts:
 def encode_prompts(
     model: nn.Module, prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.device
 ) -> EncodedPrompts:
-    """Left-pad the distinct `prompts` (token ids) into one batch and prefill it once, through the whole causal LM
-    (`logits_to_keep=1`), positions counted from each prompt's first real token as `generate` counts them."""
+    """Left-pad the distinct `prompts` (token ids) into one batch and `prefill` it once with `generate`'s positions."""
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("a prompt has zero tokens")
     width = max(len(p) for p in prompts)
@@ -577,11 +466,10 @@ def encode_prompts(
     if bool((lengths < width).any()):
         mask = (torch.arange(width, device=device)[None, :] >= (width - lengths)[:, None]).long()  # (U, P)
     positions = mask_positions(mask) if mask is not None else None
-    # The last position's logits. On CPU (torch 2.13) a frozen weight (PEFT's) times the strided slice
-    # `hidden[:, -1:]` runs, in bfloat16, as a bmm that copies the weight for every prompt (pytorch/pytorch#151934):
-    # 1.1 s for Qwen's 152k-row head, more than the prompts' own forward. An index tensor gives a contiguous slice and
-    # the same logits bit for bit. float32 keeps the plain slice: its logits differ in the last bit, and the
-    # evaluation's samples were drawn from them.
+    # On CPU (torch 2.13) a frozen (PEFT) weight times the strided slice `hidden[:, -1:]` runs, in bfloat16, as a bmm
+    # copying the weight per prompt (pytorch/pytorch#151934): 1.1 s for Qwen's 152k-row head, more than the prompts'
+    # forward. An index tensor gives a contiguous slice, the same logits bit for bit. float32 keeps the plain slice:
+    # its logits differ in the last bit, and the evaluation's samples came from them.
     keep = 1 if getattr(model, "dtype", torch.float32) == torch.float32 else torch.tensor([width - 1], device=device)
     cache, out = prefill(model, ids, mask, positions, logits_to_keep=keep)
     return EncodedPrompts(cache, ids, mask, out.logits[:, -1, :].float(), lengths)
@@ -595,14 +483,11 @@ def decode_rows(
     generator: torch.Generator | None = None,
     copy: bool = False,
 ) -> list[list[int]]:
-    """Row i continues prompt `rows[i]` until it emits an EOS id or has `max_new_tokens` tokens; all rows in one
-    batch, and a row leaves the batch (its cache rows too) as soon as it finishes.
-
-    Returns each row's new token ids, its EOS id last when it emitted one: what TRL's `_generate_single_turn` keeps
-    of `generate`'s output (the completion cut after the first EOS). `copy` keeps `prompts.cache` for another call
-    (the sampler decodes one prompt batch in several chunks); otherwise it is consumed. Grad and train/eval mode are
-    the caller's (TRL samples in the policy's train mode, LoRA dropout included).
-    """
+    """Row i continues prompt `rows[i]` until it emits an EOS id or has `max_new_tokens` tokens, all rows in one batch
+    (layout above). Returns each row's new token ids, an EOS id last when emitted: what TRL's `_generate_single_turn`
+    keeps of `generate`'s output. `copy` keeps `prompts.cache` for another call (the sampler decodes in chunks, as N
+    samples of a prompt can exceed one batch), else it is consumed. Grad and train/eval mode are the caller's (TRL
+    samples in the policy's train mode, LoRA dropout included)."""
     device = prompts.logits.device
     index = torch.as_tensor(rows, device=device, dtype=torch.long)  # (B,)
     cache = expand_cache(prompts.cache, index, copy=copy)  # (B, heads, P, d) per layer
@@ -643,10 +528,6 @@ def decode_rows(
     return outputs
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# The trainer's rollouts: GRPOTrainer._generate_single_turn through the loop above
-# --------------------------------------------------------------------------------------------------------------------
-
 _warned: set[str] = set()
 
 
@@ -660,9 +541,8 @@ def _is_set(value: Any, off: Any) -> bool:
     return value is not None and value is not False and value != off
 
 
-#: `GenerationConfig` settings `generate` honours that `Decoding` does not: (name, its "off" value). Any of them on
-#: in the resolved config sends the trainer to TRL's own path. Taken from transformers 5.17's
-#: `_get_logits_processor`, `_get_stopping_criteria` and `get_generation_mode`.
+#: `GenerationConfig` settings `generate` honours and `Decoding` does not, as (name, "off" value); any on sends the
+#: trainer to TRL's path (transformers 5.17's `_get_logits_processor`, `_get_stopping_criteria`, `get_generation_mode`).
 UNSUPPORTED_GENERATION = (
     ("num_beams", 1),
     ("num_return_sequences", 1),
@@ -696,13 +576,10 @@ UNSUPPORTED_GENERATION = (
 
 
 def decoding_from_generation_config(model: nn.Module, generation_config: Any) -> Decoding:
-    """The `Decoding` that `model.generate(generation_config=generation_config)` samples with.
-
-    The config is first resolved as `generate` resolves it (`_prepare_generation_config`: unset values from the
-    model's own generation config, then transformers' defaults), so a setting the model's config carries counts too.
-    Raises `Unsupported`, naming the setting, for anything `Decoding` does not implement (`UNSUPPORTED_GENERATION`,
-    a static or other non-dynamic cache, no `max_new_tokens`).
-    """
+    """The `Decoding` that `model.generate(generation_config=generation_config)` samples with, resolving the config as
+    `generate` does (unset values from the model's generation config, then transformers' defaults). Raises
+    `Unsupported`, naming the setting, for anything `Decoding` lacks (`UNSUPPORTED_GENERATION`, a non-dynamic cache, no
+    `max_new_tokens`)."""
     resolve = getattr(model, "_prepare_generation_config", None)
     if resolve is None:
         raise Unsupported(f"{type(model).__name__} has no _prepare_generation_config to resolve the generation config")
@@ -749,18 +626,12 @@ def trainer_rollouts(
 ) -> tuple[list[list[int]], None] | None:
     """What a GRPOTrainer's `_generate_single_turn(prompt_ids, ...)` returns, from `encode_prompts` + `decode_rows`.
 
-    All prompts of the call (each repeated G times by TRL's sampler) are prefilled once per distinct prompt and
-    decoded as one batch, with TRL's own generation config (resolved as `generate` resolves it), its EOS ids and
-    `max_completion_length`, its pad id for the padding, the same model, unwrap and no-grad context, and torch's
-    global generator (the trainer's seed). Returns `(completion_ids, None)`: each row's tokens up to and including its
-    first EOS, no logprobs, as TRL's regular path does. Returns None, logging why once, where TRL's path must run:
-    `shared_prompt_forward` off, vLLM, continuous batching, images, an unsupported model (`Unsupported`) or an
-    unsupported generation setting.
-
-    Greedy decoding gives `generate`'s tokens; sampling draws from the same distribution (`process_logits` is
-    `generate`'s processors) but with other random numbers (`sample_from_probs`, not `torch.multinomial`), so a seed
-    gives other rollouts than stock TRL's (tests/test_prefix.py checks both).
-    """
+    Decodes the distinct prompts (TRL's sampler repeats each G times) with TRL's generation config, pad id, model and
+    unwrap context, and torch's global generator (the trainer's seed). Returns `(completion_ids, None)` as TRL does
+    (tokens up to and including the first EOS), or None, logging why once, where TRL's path must run:
+    `shared_prompt_forward` off, vLLM, continuous batching, images, or an `Unsupported` model or generation setting.
+    Greedy decoding gives `generate`'s tokens; sampling draws from the same distribution with other random numbers
+    (`sample_from_probs`), so a seed gives other rollouts than stock TRL's (tests/test_prefix.py checks both)."""
     reason = _trainer_off_reason(trainer, images, multimodal_fields)
     if reason is None:
         from trl.extras.profiling import profiling_context

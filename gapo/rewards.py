@@ -1,38 +1,27 @@
 """Group-aware rewards: the reward of each rollout is computed from the whole group of G completions of a prompt.
 
-GAPO changes one thing in GRPO: a reward function may see the group. A *group reward* is a function
-
-    fn(prompts, completions, **dataset_columns) -> list[float]
-
-that `GAPOTrainer` calls once per group with exactly the G completions of one prompt (all G `prompts` are the same
-prompt, and every dataset column is repeated G times, as in TRL). The contract is the `GroupReward` class:
-`__call__`, `check(dataset)` (the columns it reads, and their rows, before any generation) and `name` (what TRL logs
-it under); `@group_reward` makes one of a plain function. Per-completion functions in TRL's style can be mixed freely
-with group rewards in `reward_funcs`.
+That is GAPO's one change to GRPO. `GAPOTrainer` calls a *group reward* once per group (the G `prompts` are the same,
+each column repeated G times, as in TRL): ``fn(prompts, completions, **columns) -> list[float]``. The contract is
+`GroupReward`, `@group_reward` makes one of a plain function, and TRL's per-completion rewards mix in `reward_funcs`.
 
 The paper's frequency-aware reward (Anschel et al. 2025, eq. 2), for a valid set V of L distinct items and
 f_v = (number of completions answering v) / (number of valid completions):
 
-    r_i = 1 - (f_{o_i} - 1/L)   if o_i in V
-    r_i = -1                    otherwise
+    r_i = 1 - (f_{o_i} - 1/L) if o_i in V, else -1
 
-A valid answer is rewarded more the rarer it is in the group; a perfectly uniform group gives every valid answer
-exactly 1. Example, V = {a, b}, answers (a, a, a, b): f_a = 3/4, f_b = 1/4, so r = (0.75, 0.75, 0.75, 1.25).
+A valid answer earns more the rarer it is in the group; a perfectly uniform group gives every valid answer exactly 1.
+Example, V = {a, b}, answers (a, a, a, b): f_a = 3/4, f_b = 1/4, so r = (0.75, 0.75, 0.75, 1.25). The group rewards
+here use this formula or the same partition of the group into classes (`gapo.equivalence`):
 
-Beyond lists (issue 13), on the same formula or the same partition of the group into classes (`gapo.equivalence`):
+| reward                         | valid answers get                                        | needs columns      |
+|--------------------------------|----------------------------------------------------------|--------------------|
+| `frequency_reward`             | 1 - (f_o - 1/L)                                          | items              |
+| `target_distribution_reward`   | 1 - (f_o - p_o), p a target over the items               | items, target      |
+| `ClassFrequencyReward(...)`    | 1 - (f_c - 1/L) over equivalence classes                 | (category)         |
+| `QualityDiversityReward(...)`  | q * d or q + w * d, d = share of others in another class | what quality needs |
 
-| reward                         | valid answers get                          | needs columns     |
-|--------------------------------|--------------------------------------------|-------------------|
-| `frequency_reward`             | 1 - (f_o - 1/L)                            | items             |
-| `target_distribution_reward`   | 1 - (f_o - p_o), p a target over the items | items, target     |
-| `ClassFrequencyReward(...)`    | 1 - (f_c - 1/L) over equivalence classes   | (category)        |
-| `QualityDiversityReward(...)`  | q * d or q + w * d, d = share of others    | what quality needs |
-|                                | in another class                           |                   |
-
-Every one gives -1 to an invalid completion: no single ``<answer>`` (see `extract_answer`), an answer not in the
-list, or one the validity check rejects. List answers are matched with `gapo.equivalence.match_item`, the rule the
-evaluation uses too.
-"""
+Each gives -1 to an invalid completion: no single ``<answer>`` (`extract_answer`), an answer not in the list, or one
+the validity check rejects. List answers are matched with `gapo.equivalence.match_item`, as in evaluation."""
 
 from __future__ import annotations
 
@@ -56,29 +45,21 @@ Validity = Callable[[str], bool]
 
 
 def extract_answer(text: str | None) -> str | None:
-    """The stripped content of the one ``<answer>...</answer>`` pair in `text`; None unless there is exactly one.
+    """The stripped content of the one ``<answer>...</answer>`` pair in `text`; None unless each tag occurs once.
 
-    One answer means one answer: a completion with two or more ``<answer>`` (or ``</answer>``) tags, or without a
-    complete pair, has no answer, so the rewards give it -1 and every metric counts it invalid. (This used to take
-    the *last* pair; a trained model then wrote ``<answer>Topaz</answer><answer>Jade</answer>...`` and was scored on
-    a near-random one of them, which fooled both the reward and the JSD.) Text around the one pair is allowed.
+    None is invalid: -1 in the rewards, invalid in every metric. Taking the *last* pair instead let a trained model
+    write several answers and be scored on a near-random one, fooling reward and JSD; text around the pair is allowed.
 
     >>> extract_answer("I pick <answer> Mars </answer>")
     'Mars'
     >>> extract_answer("<answer>a</answer> no, <answer>b</answer>") is None
     True
     >>> extract_answer("<answer>unfinished") is None
-    True
-    """
+    True"""
     if not text or text.count(OPEN_TAG) != 1 or text.count(CLOSE_TAG) != 1:
         return None
     match = ANSWER_RE.search(text)
     return match.group(1).strip() if match else None
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Pure formulas over one group
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def _frequency_rewards(
@@ -86,9 +67,8 @@ def _frequency_rewards(
 ) -> list[Any]:
     """r_i = 1 - (f_{k_i} - share(k_i)) for keys that are not None, `invalid` (-1) otherwise; f over the non-None keys.
 
-    The one formula behind the list, target and class rewards: they differ only in what a key is and its share.
-    `invalid=None` leaves invalid completions unscored (the frequency part alone, see `split_format_reward`).
-    """
+    The one formula behind the list, target and class rewards, which differ only in what a key is and its share.
+    `invalid=None` leaves invalid completions unscored (`split_format_reward`)."""
     counts = Counter(k for k in keys if k is not None)
     num_valid = sum(counts.values())
     return [invalid if k is None else 1.0 - (counts[k] / num_valid - share(k)) for k in keys]
@@ -99,10 +79,9 @@ def target_distribution_rewards(
 ) -> list[float]:
     """r_i = 1 - (f_{o_i} - p_{o_i}) for answers in `items`, -1 otherwise: the paper's reward towards target p.
 
-    `answers` are list items already (`match_item`), or None. A group sampled exactly at p gives every valid
-    answer 1; an item sampled above its target earns less than 1. Example, p = (a: 0.75, b: 0.25), answers
-    (a, a, b, b): f = (0.5, 0.5), r = (1.25, 1.25, 0.75, 0.75), pushing towards more a.
-    """
+    `answers` are list items (`match_item`) or None. A group sampled exactly at p gives every valid answer 1; an item
+    sampled above its target earns less. Example, p = (a: 0.75, b: 0.25), answers (a, a, b, b): f = (0.5, 0.5),
+    r = (1.25, 1.25, 0.75, 0.75), pushing towards more a."""
     probs = check_target(items, target)
     return _frequency_rewards([a if a in probs else None for a in answers], probs.__getitem__)
 
@@ -112,15 +91,8 @@ def frequency_aware_rewards(
 ) -> list[Any]:
     """The paper's frequency-aware reward for one group: `target_distribution_rewards` with p uniform over the items.
 
-    Args:
-        answers: the G answers of one group, as list items (`match_item`); None means no answer was found.
-        valid_items: the list the prompt offered. Duplicates collapse, so L is the number of *distinct* items.
-
-        invalid: what an invalid answer gets: -1 (the paper), or None to leave it unscored (`split_format_reward`).
-
-    Returns:
-        G rewards; invalid answers (None or not in `valid_items`) get -1, the minimum possible.
-    """
+    Duplicates in `valid_items` collapse, so L counts *distinct* items. An invalid answer (None or not in the list) gets
+    `invalid`: -1 (the paper, the minimum possible), or None to leave it unscored (`split_format_reward`)."""
     valid = list(dict.fromkeys(valid_items))
     if not valid:
         raise ValueError("frequency_aware_rewards: valid_items is empty")
@@ -131,11 +103,9 @@ def frequency_aware_rewards(
 def class_frequency_rewards(labels: Sequence[int | None], num_items: int | None = None) -> list[float]:
     """The paper's formula over equivalence classes: r_i = 1 - (f_{c_i} - 1/L), -1 for label None.
 
-    When the valid set is not known, L is not either: by default L is the number of valid completions N (the most
-    classes a group can have), so r_i = 1 - (n_c - 1)/N and an answer no other completion shares gets exactly 1.
-    Give `num_items` when the category's size is known (then a uniform spread over it earns 1, as in the paper).
-    Example, labels (0, 0, 1, None): N = 3, r = (1 - 1/3, 1 - 1/3, 1, -1).
-    """
+    By default L is the number of valid completions N (the most classes a group can have), so r_i = 1 - (n_c - 1)/N
+    and a unique answer gets exactly 1; give `num_items` when the category's size is known (a uniform spread then
+    earns 1, as in the paper). Example, labels (0, 0, 1, None): N = 3, r = (1 - 1/3, 1 - 1/3, 1, -1)."""
     if num_items is not None and num_items < 1:
         raise ValueError(f"num_items must be a positive number of classes, got {num_items}")
     num_valid = sum(label is not None for label in labels)
@@ -147,8 +117,7 @@ def diversity_scores(labels: Sequence[int | None]) -> list[float | None]:
     """Per valid completion, the share of the *other* valid completions in a different class; None for invalid.
 
     d_i = (N - n_{c_i}) / (N - 1), in [0, 1]: 1 when nobody else says the same, 0 when everybody does; a group with
-    one valid completion gives it 1 (nothing to collapse onto). Example, labels (0, 0, 1): d = (1/2, 1/2, 1).
-    """
+    one valid completion gives it 1 (nothing to collapse onto). Example, labels (0, 0, 1): d = (1/2, 1/2, 1)."""
     counts = Counter(label for label in labels if label is not None)
     num_valid = sum(counts.values())
     if num_valid <= 1:
@@ -169,8 +138,7 @@ def quality_diversity_rewards(
     """Combine a per-completion quality q with the group's diversity d (`diversity_scores`); -1 for invalid.
 
     multiplicative (DARLING's choice): r_i = q_i * d_i, so a duplicate earns nothing however good, and a bad answer
-    earns nothing however rare. additive: r_i = q_i + weight * d_i, so quality still pays when the group collapses.
-    """
+    earns nothing however rare. additive: r_i = q_i + weight * d_i, so quality still pays when the group collapses."""
     if len(quality) != len(labels):
         raise ValueError(f"quality has {len(quality)} values for a group of {len(labels)}; give one per completion")
     if mode not in COMBINE_MODES:
@@ -184,25 +152,18 @@ def quality_diversity_rewards(
     return rewards
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# Group-reward plumbing
-# --------------------------------------------------------------------------------------------------------------------
-
-
 class GroupReward:
     """The group-reward contract: what GAPOTrainer needs of a reward computed over the whole group.
 
-    - ``__call__(prompts, completions, **columns) -> list[float]``: called once per group with the G completions of
-      one prompt, gathered from every process, with each dataset column sliced to the group and the other keyword
-      arguments TRL gives a per-completion reward (``trainer_state``, ``log_metric``, ``log_extra``,
-      ``completion_ids``); returns one finite float per completion (`validate_group_rewards`).
-    - ``check(dataset)``: run when the trainer is built, before any generation: a one-line ValueError for a dataset
-      it cannot score (a missing column of `columns`, then `check_rows`), so the trainer knows no task's columns.
-    - ``name``: what TRL logs it under (``rewards/<name>/mean``); also its ``__name__``, which is what TRL reads.
+    - ``__call__(prompts, completions, **columns) -> list[float]``: the group gathered from every process, each column
+      sliced to it, plus the keyword arguments TRL gives a per-completion reward (``trainer_state``, ``log_metric``,
+      ``log_extra``, ``completion_ids``); returns one finite float per completion (`validate_group_rewards`).
+    - ``check(dataset)``: run when the trainer is built, before any generation: a one-line ValueError for a dataset it
+      cannot score (a missing column of `columns`, then `check_rows`), so the trainer knows no task's columns.
+    - ``name``: what TRL logs it under (``rewards/<name>/mean``), exposed as the ``__name__`` TRL reads.
 
-    Subclasses set `name` and `columns` and implement ``__call__``; being plain objects with picklable parts, they
-    travel to worker processes like TRL's callable rewards.
-    """
+    Subclasses set `name` and `columns` and implement ``__call__``; plain objects with picklable parts, they travel to
+    worker processes like TRL's callable rewards."""
 
     name: str = "group_reward"
     #: Dataset columns the reward cannot run without.
@@ -269,8 +230,7 @@ def group_reward(
     columns: Sequence[str] = (),
     check_rows: Callable[[Any], None] | None = None,
 ) -> Any:
-    """Make `fn` (a function or callable object) a `GroupReward`; bare (``@group_reward``) or with its `name`,
-    the dataset `columns` it needs and a `check_rows` (``@group_reward(columns=["items"])``)."""
+    """Make `fn` (a function or callable object) a `GroupReward`; use bare or as ``@group_reward(columns=[...])``."""
 
     def wrap(f: Callable[..., Sequence[float]]) -> GroupReward:
         return FunctionGroupReward(f, name, columns, check_rows)
@@ -284,12 +244,8 @@ def is_group_reward(fn: Any) -> bool:
 
 
 def completion_text(prompt: Any, completion: Any) -> str:
-    """The assistant's full answer text for one rollout, *including* any pre-filled response prefix.
-
-    TRL hands conversational completions as ``[{"role": "assistant", "content": ...}]`` and plain ones as str.
-    When the prompt ends with an assistant message (a pre-filled prefix such as ``"<answer>"``), the model
-    continued that message, so the prefix is part of the answer and is prepended here.
-    """
+    """The assistant's full answer text for one rollout, *including* any pre-filled response prefix: when the prompt
+    ends with an assistant message (such as ``"<answer>"``), the model continued that message."""
     text = completion[-1]["content"] if isinstance(completion, list) else str(completion)
     if isinstance(prompt, list) and prompt and prompt[-1].get("role") == "assistant":
         text = str(prompt[-1]["content"]) + text
@@ -304,12 +260,10 @@ def validate_group_rewards(
     unit: str = "rewards",
     allow_none: bool = False,
 ) -> list[float]:
-    """Check what a function returned for one group: one finite float per completion, or a one-line error naming
-    the function (`kind` says what it is: a group reward, or the quality reward inside `QualityDiversityReward`).
+    """One finite float per completion of the group from what `name` returned, or a one-line error naming it.
 
-    With `allow_none` a None becomes NaN: "this reward does not score this completion", as TRL reads a None from a
-    per-completion reward (its group mean and std skip it). The trainer allows it; a quality reward may not.
-    """
+    With `allow_none` (the trainer sets it, `QualityDiversityReward` does not) a None becomes NaN, "does not score this
+    completion", as TRL reads a None from a per-completion reward: its group mean and std skip it."""
     try:
         raw = list(rewards)
         values = [math.nan if r is None and allow_none else float(r) for r in raw]
@@ -333,11 +287,6 @@ def group_answers(
 ) -> list[str | None]:
     """The extracted answer of each rollout of a group (pre-filled prefix included)."""
     return [extract(completion_text(p, c)) for p, c in zip(prompts, completions, strict=True)]
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Group rewards
-# --------------------------------------------------------------------------------------------------------------------
 
 
 def validate_items_column(rows: Any) -> None:
@@ -373,9 +322,7 @@ def _check_items_and_target(dataset: Any) -> None:
 class FrequencyReward(GroupReward):
     """The paper's frequency-aware reward as a group reward, reading the valid items from the dataset column `items`.
 
-    Logs the group's `diversity/*` (`gapo.metrics.group_diversity_stats`) and where GRPO's advantage on this reward
-    comes from (`advantage/*`, `gapo.metrics.advantage_split`).
-    """
+    Logs the group's `diversity/*` (`gapo.metrics.group_diversity_stats`) and `advantage/*` (`advantage_split`)."""
 
     name = "frequency"
     columns = ("items",)
@@ -414,10 +361,8 @@ class ValidFrequencyReward(FrequencyReward):
     """The frequency part of `FrequencyReward` alone: 1 - (f_o - 1/L) for a valid answer, None (unscored) otherwise.
 
     Paired with `answer_format_reward` under `GAPOConfig.split_format_reward`: TRL then normalises each reward within
-    its group on its own (``multi_objective_aggregation="normalize_then_sum"``), so the valid answers are compared
-    with each other only, and invalid ones no longer set their baseline and scale. Logs as `FrequencyReward` does,
-    the advantage split being that of the paper's joint reward on the same group.
-    """
+    its group on its own (``multi_objective_aggregation="normalize_then_sum"``), so invalid answers no longer set the
+    valid ones' baseline and scale. Logs as `FrequencyReward`, with the paper's joint reward's advantage split."""
 
     name = "valid_frequency"
     invalid = None
@@ -428,9 +373,7 @@ def answer_format_reward(
 ) -> list[float]:
     """Per completion (TRL's ordinary kind): 1 for exactly one answer naming an item of its row's list, -1 otherwise.
 
-    The format half of `FrequencyReward` under `split_format_reward`; it needs no group, so TRL scores it per row
-    (its `items` column is checked by `ValidFrequencyReward`, which it is always paired with).
-    """
+    The format half of `FrequencyReward` under `split_format_reward` (`ValidFrequencyReward` checks its `items`)."""
     answers = group_answers(prompts, completions)
     return [1.0 if match_item(a, row) is not None else INVALID_REWARD for a, row in zip(answers, items, strict=True)]
 
@@ -438,8 +381,7 @@ def answer_format_reward(
 class TargetDistributionReward(GroupReward):
     """`target_distribution_rewards` as a group reward: valid items from column `items`, p from column `target`.
 
-    Logs the group's `diversity/valid_fraction` and `diversity/group_jsd` (here the JSD to the target).
-    """
+    Logs `diversity/*` as `FrequencyReward` does, `diversity/group_jsd` being the JSD to the target."""
 
     name = "target_distribution"
     columns = ("items", "target")
@@ -470,11 +412,9 @@ target_distribution_reward = TargetDistributionReward()
 class _ClassReward(GroupReward):
     """Shared parts of the rewards over equivalence classes: extract, check validity, partition.
 
-    `validity` is None (every non-empty answer is valid: the space of answers is implicit), one function
-    answer -> bool, or a mapping from the dataset column `category` to such a function (a category missing from
-    it, or mapped to None, is "validity unchecked" and stops with an error rather than counting as valid).
-    Being plain objects with picklable parts, these travel to worker processes like TRL's callable rewards.
-    """
+    `validity` is None (every non-empty answer is valid: the space of answers is implicit), one function answer ->
+    bool, or a mapping from the dataset column `category` to such a function (a category missing from it, or mapped
+    to None, is "validity unchecked" and stops with an error rather than counting as valid)."""
 
     name = "class_reward"
 
@@ -523,8 +463,7 @@ class _ClassReward(GroupReward):
 class ClassFrequencyReward(_ClassReward):
     """`class_frequency_rewards` as a group reward: the paper's reward when the valid set is not a given list.
 
-    Example: ``ClassFrequencyReward("normalized+embedding:0.9", validity=data.open_validity_map())``.
-    """
+    Example: ``ClassFrequencyReward("normalized+embedding:0.9", validity=data.open_validity_map())``."""
 
     def __init__(
         self,
@@ -549,14 +488,8 @@ class ClassFrequencyReward(_ClassReward):
 class QualityDiversityReward(_ClassReward):
     """A per-completion quality reward (any TRL reward function) combined with the group's diversity.
 
-    Args:
-        quality: ``fn(prompts, completions, **columns) -> list[float]``, one value per completion, e.g. a reward
-            model's score in [0, 1]. It is called on the whole group with the same keyword arguments.
-        mode: "multiplicative" (r = q * d) or "additive" (r = q + weight * d); see `quality_diversity_rewards`.
-        weight: the weight of diversity in additive mode.
-        equivalence, validity, extract: as for `ClassFrequencyReward`; for free text (stories, DARLING's setting)
-            pass an `extract` that returns the whole completion, e.g. ``str.strip``.
-    """
+    `quality` (e.g. a reward model's score in [0, 1]) gets the whole group and its keyword arguments; `mode`, `weight`:
+    see `quality_diversity_rewards`. For free text (DARLING's stories), an `extract` keeping it whole: ``str.strip``."""
 
     def __init__(
         self,

@@ -1,9 +1,7 @@
 """`gapo train`: GAPO with LoRA on synthetic list-selection prompts, from params.yaml (section `train`) plus flags.
 
-How this run differs from plain GRPO: the reward is `gapo.rewards.frequency_reward`, a *group* reward computed over
-all G completions of a prompt (the paper's frequency-aware reward); everything else is TRL's GRPO. `--task open`
-trains on open prompts with `ClassFrequencyReward`, `--task targets` on list prompts with a target distribution
-(`target_distribution_reward`); see `task_data`.
+The reward is the paper's group reward `gapo.rewards.frequency_reward` (GAPO vs GRPO: gapo.trainer); `--task open`
+trains on open prompts with `ClassFrequencyReward`, `--task targets` on target-distribution list prompts.
 
     # CPU, the offline default model (about 40 s a step at G=16 on 2 cores)
     gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded
@@ -54,8 +52,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class ScriptArguments:
-    """What `gapo train` needs besides its training arguments (GAPOConfig, TRL's): the model, the task and its
-    data, and whether to resume. params.yaml's `train` section sets both (its dataset settings come from `data`)."""
+    """`gapo train`'s settings besides GAPOConfig's: model, task and data (params.yaml's `data`), resume."""
 
     model: str = field(default="embedded", metadata={"help": "hub id, local directory, 'embedded' or 'tiny-random'"})
     task: str = field(
@@ -108,8 +105,8 @@ RUN_DEFAULTS: dict[str, Any] = {
 
 
 def configs(values: Mapping[str, Any]) -> tuple[ScriptArguments, Any]:
-    """(ScriptArguments, GAPOConfig) from a params.yaml `train` section (as the pipeline stages pass it), on top of
-    `RUN_DEFAULTS`; a key neither knows, or a value either refuses, is a one-line error before any model loads."""
+    """(ScriptArguments, GAPOConfig) from a `train` section (as the pipeline stages pass it) over `RUN_DEFAULTS`; an
+    unknown key or a refused value is a one-line error before any model loads."""
     values = {**RUN_DEFAULTS, **values}
     backends.activate(backends.resolve(values.get("backend", "auto")))
     from gapo.trainer import GAPOConfig  # unsloth: trl (which gapo.trainer imports) must load after backends.activate
@@ -123,9 +120,9 @@ def configs(values: Mapping[str, Any]) -> tuple[ScriptArguments, Any]:
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ScriptArguments, Any]:
-    """`gapo train`'s flags (`gapo.config.config_from_cli`): `RUN_DEFAULTS`, overridden by params.yaml's `train`
-    section as its active profile resolves it, then by flags; `--help` lists ScriptArguments', GAPOConfig's and TRL's.
-    The backend is activated first, from `--backend` or the section: Unsloth must load before trl and transformers."""
+    """`gapo train`'s configs: `RUN_DEFAULTS` over the paper's settings (gapo.defaults), then params.yaml's `train`
+    section (skipped with --no-params), then flags (`config_from_cli`). The backend is activated first, from `--backend`
+    or the section: Unsloth must load before trl and transformers."""
     pre = add_params_flags(argparse.ArgumentParser(add_help=False))
     pre.add_argument("--backend", default=None)
     ns, _ = pre.parse_known_args(argv)
@@ -151,15 +148,8 @@ TASKS: tuple[str, ...] = ("lists", "open", "targets")
 
 def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) -> tuple[Any, list[GroupReward]]:
     """The training dataset and reward functions of `script.task`; every check runs here, before any model loads.
-
-    `dataset` (e.g. the pipeline's data/train.jsonl, built once by its `generate` stage) is trained on as given;
-    without it the task builds its prompts from `script`'s dataset settings and `args.seed`. Either way each
-    reward checks it.
-
-    Why one function: the three tasks differ only in their prompts and their group reward; the trainer, LoRA and
-    checkpointing are the same. `open` refuses a category without a lexicon ("validity unchecked"), since its reward
-    could not tell a valid answer from an invalid one.
-    """
+    `dataset` (e.g. the pipeline's data/train.jsonl) is used as given, else built from `script`'s settings and
+    `args.seed`. `open` refuses a category without a lexicon: its reward could not tell valid answers from invalid."""
     if args.split_format_reward and script.task != "lists":
         raise ValueError(f"split_format_reward applies to task lists only, got task {script.task!r}")
     if script.task == "open":
@@ -223,8 +213,7 @@ def _metrics_callback(path: Path) -> Any:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of a metrics.jsonl (none when there is none yet); a torn last line (a kill mid-write) is dropped with a
-    warning naming the file, a bad line anywhere else is an error naming the file and line (`gapo.io.read_jsonl`)."""
+    """The rows of a metrics.jsonl ([] without one), less a torn last line (a kill mid-write; `gapo.io.read_jsonl`)."""
     return read_jsonl(path, torn_tail=True) if path.is_file() else []
 
 
@@ -242,13 +231,11 @@ def _trim_metrics(path: Path, last_step: int) -> None:
 
 
 def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dict[str, Any]:
-    """Run GAPO training on `dataset` (default: the one `script.task` builds, `task_data`); returns the final summary
-    (also written to output_dir/metrics.json)."""
-    # The backend first: Unsloth must be imported before trl (gapo.trainer imports trl).
+    """Run GAPO on `dataset` (default: `task_data`'s); returns the summary, also written to output_dir/metrics.json."""
     backend = backends.resolve(args.backend)
     backends.check_vllm(args.use_vllm, script.model)
     backends.activate(backend)
-    from gapo.trainer import GAPOTrainer  # unsloth: only now may trl load
+    from gapo.trainer import GAPOTrainer  # unsloth must be imported before trl, which gapo.trainer imports
 
     # Everything that can be wrong is checked before the model loads (GAPOConfig's own values when it was built).
     models.check_model_name(script.model)
@@ -298,12 +285,9 @@ def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dic
 
 
 def save_adapter(trainer: Any, tokenizer: Any, target: Path) -> None:
-    """Write the trained adapter to `target` atomically, with every process taking part.
-
-    Why every process: under FSDP the LoRA weights are sharded, and `Trainer.save_model` gathers them (a main-process
-    `save_pretrained` of a shard crashes). It writes into one staging folder all processes know, named like
-    `gapo.io`'s temp folders (so a resume after a kill removes it); the main process then moves it into place.
-    """
+    """Write the trained adapter to `target` atomically, every process taking part: under FSDP the LoRA weights are
+    sharded and `Trainer.save_model` gathers them (a main-process `save_pretrained` of a shard crashes). The staging
+    folder is named like `gapo.io`'s temp folders, so a resume after a kill removes it."""
     accelerator = trainer.accelerator
     staging = target.parent / f".{target.name}.save{TEMP_SUFFIX}"
     if accelerator.is_main_process:

@@ -1,42 +1,28 @@
 """GAPOConfig and GAPOTrainer: TRL's GRPO with group-aware rewards.
 
 How GAPO differs from GRPO (Anschel et al. 2025, section 4), and nothing else:
-1. A reward function may be a *group reward* (`gapo.rewards.GroupReward`): it is called once per group with the G
-   completions of one prompt and returns G rewards, r = R(o_1..o_G), so it can see frequency, coverage, etc.
+1. A reward function may be a *group reward* (`gapo.rewards.GroupReward`): called once per group with the G completions
+   of one prompt, it returns G rewards, r = R(o_1..o_G), so it can see frequency, coverage, etc.
 2. Those rewards go through GRPO's usual advantage (r_i - mean) / std and clipped surrogate, unchanged.
 
 TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump):
-- `_calculate_rewards`: TRL scores each process's local slice, and a group can be split across processes
-  (huggingface/trl#3896). Here prompts, completions and columns are gathered, each group reward runs on whole groups
-  on the main process, with the keyword arguments TRL gives per-completion rewards, and is broadcast; TRL's own path
-  still runs the per-completion rewards.
-- `_generate_single_turn` (CPU speed only): the step's prompts are prefilled once each and decoded as one batch that
-  drops finished rows (gapo.prefix.trainer_rollouts, the evaluation sampler's loop); it also counts `rollouts`.
-- `_get_per_token_logps_and_entropies` (CPU speed only): the log-prob pass encodes each group's prompt once, in
-  TRL's `batch_size` row chunks.
-The two speed overrides fall back to TRL's code whenever they do not apply (gapo.prefix.Unsupported), and hand
-their arguments to the parent untouched. On CUDA they are off by default (measured slower there,
-docs/performance.md) and generation instead uses a static KV cache with a compiled decode step
-(`static_cache_generation`), a setting of TRL's own GenerationConfig. Under Unsloth (its compiled GRPOTrainer is then
-the parent) both are off: generation and scoring are Unsloth's, and only `_calculate_rewards` is GAPO's (docs/gpu.md:
-why a copied signature broke Unsloth's loss). With `use_vllm` in colocate mode on vLLM's CPU build, TRL's weight sync
-is wrapped in vLLM's layerwise reload (`gapo.backends.reload_colocated_weights`). The trainer knows no
-task: a group reward checks its dataset columns itself (`GroupReward.check`) and logs its own metrics through
-TRL's `log_metric` (the list rewards log `diversity/*`). Prompts are TRL's: a pre-filled assistant turn (a response
-prefix, which only evaluation uses: gapo.repro.sampling) is refused, since TRL would close it and drop the prefix.
+- `_calculate_rewards`: TRL scores each process's slice, which can split a group (huggingface/trl#3896); group rewards
+  run on whole gathered groups on the main process, with TRL's reward keyword arguments, and are broadcast.
+- `_generate_single_turn` (CPU speed only): prefills each prompt once (gapo.prefix.trainer_rollouts); counts `rollouts`.
+- `_get_per_token_logps_and_entropies` (CPU speed only): encodes each group's prompt once, in TRL's `batch_size` chunks.
+Both speed overrides fall back to TRL's code where they do not apply (gapo.prefix.Unsupported); they are off by default
+on CUDA (slower there, docs/performance.md; `static_cache_generation` instead) and under Unsloth, leaving only
+`_calculate_rewards`. `__init__` wraps TRL's colocated vLLM weight sync on vLLM's CPU build
+(`gapo.backends.reload_colocated_weights`) and refuses a pre-filled assistant turn (`check_reward_inputs`). The trainer
+knows no task: group rewards check their dataset (`GroupReward.check`) and log their own metrics.
 
 Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process 1's, ...)::
 
     global rows:  [p0 p0 p0 p0 | p1 p1 p1 p1 | ...]     G = 4 rows per group, groups contiguous
     process 0:    [p0 p0 | ...]  process 1: [p0 p0 | ...]   <- a group split in halves on 2 processes
 
-Running it (`gapo train --help` lists every flag; without --no-params they default to params.yaml's `train`):
-    gapo train --max-steps 40 --num-generations 16 --output-dir runs/cpu    # CPU: the offline embedded model
-    # one GPU, PEFT, the paper's settings (gapo.defaults: G=32, lr 1e-5, LoRA r=64 alpha=32 on all linear layers):
-    HF_HUB_OFFLINE=0 gapo train --no-params --model Qwen/Qwen2.5-7B-Instruct --gradient-accumulation-steps 8
-    accelerate launch --config_file configs/accelerate/ddp.yaml --num_processes 8 -m gapo.cli train ...  # 8 GPUs
-From Python: `gapo.backends.load_policy` gives (model, tokenizer, peft_config) for `GAPOTrainer(...)`.
-"""
+Running it: `gapo train` (gapo.train; several GPUs: README.md). From Python, `gapo.backends.load_policy` gives (model,
+tokenizer, peft_config) for `GAPOTrainer(...)`."""
 
 from __future__ import annotations
 
@@ -62,12 +48,9 @@ logger = logging.getLogger(__name__)
 @dataclass
 class GAPOConfig(GRPOConfig):
     """GRPOConfig with the paper's settings (Appendix F, `gapo.defaults`) where TRL's differ, plus LoRA and speed
-    switches.
-
-    Precision follows the device: on CUDA bf16 with gradient checkpointing (TRL's defaults); on CPU no checkpointing,
-    and the policy's weights in bfloat16 where the CPU has bf16 units (AVX512-BF16 or AMX: a GAPO step 1.4-1.7x
-    faster than in float32 on this repository's CPU, docs/performance.md), else float32 (oneDNN would emulate bf16).
-    """
+    switches. Precision follows the device: on CUDA bf16 with gradient checkpointing (TRL's defaults); on CPU no
+    checkpointing, and the policy's weights in bfloat16 where the CPU has bf16 units (AVX512-BF16 or AMX: a GAPO step
+    1.4-1.7x faster than float32 on this repository's CPU, docs/performance.md), else float32 (oneDNN emulates bf16)."""
 
     num_generations: int | None = defaults.NUM_GENERATIONS.field()
     beta: float = defaults.BETA.field()
@@ -172,10 +155,8 @@ INTERVAL_FIELDS = ("save_steps", "logging_steps")
 
 def config_problem(args: GAPOConfig) -> str | None:
     """The first GAPO setting of `args` that cannot train, as a one-line message with its fix; None when all can.
-
-    Why before TRL's own checks (which stay TRL's, in `super().__post_init__`): TRL reports these late (after the
-    model has loaded) or not at all (`save_steps 0`), and a `gapo train` run has by then written its output directory.
-    """
+    Checked before TRL's own (`super().__post_init__`): TRL reports these after the model loads and `gapo train` has
+    written its output directory, or never (`save_steps 0`)."""
     if args.num_generations is not None and args.num_generations < 2:
         return f"num_generations must be at least 2 (a group needs a baseline), got {args.num_generations}"
     for name in POSITIVE_FIELDS:
@@ -227,11 +208,8 @@ def compute_group_rewards(
     group_size: int,
     **extra: Any,
 ) -> list[float]:
-    """Call a group reward once per whole group of a gathered batch; returns one reward per row, in row order.
-
-    A None from the reward (this completion is not scored by it) becomes NaN, which TRL's nan-aware group mean and
-    std skip, exactly as for a None from a per-completion reward.
-    """
+    """Call a group reward once per whole group of a gathered batch; returns one reward per row, in row order. A None
+    (completion not scored) becomes NaN, which TRL's nan-aware group mean and std skip, as for per-completion ones."""
     rewards: list[float] = []
     for rows in split_groups(len(prompts), group_size):
         group_prompts = [prompts[i] for i in rows]
@@ -270,13 +248,10 @@ def check_reward_inputs(reward_funcs: Any, dataset: Any) -> None:
 
 
 class GAPOTrainer(GRPOTrainer):
-    """GRPOTrainer whose `reward_funcs` may include group rewards (see module docstring).
-
-    Takes TRL's arguments: `model, reward_funcs, args, train_dataset, eval_dataset, processing_class, peft_config, ...`.
-    Logged per step, besides TRL's metrics: `rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` over the
-    weighted sum of all rewards, `rollouts` (completions generated in the step, all processes), and whatever the
-    rewards log through `log_metric` (the list rewards: `diversity/valid_fraction`, `diversity/group_jsd`).
-    """
+    """GRPOTrainer, with TRL's arguments, whose `reward_funcs` may include group rewards (module docstring). Logged per
+    step besides TRL's metrics: `rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` of the weighted reward
+    sum, `rollouts` (completions generated in the step, all processes), and what rewards log through `log_metric` (the
+    list rewards: `diversity/valid_fraction`, `diversity/group_jsd`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
@@ -346,11 +321,8 @@ class GAPOTrainer(GRPOTrainer):
         return rewards
 
     def _group_log_extra(self, column: str, values: list) -> None:
-        """TRL's `log_extra` for group rewards: one value per row of the group, in row order.
-
-        Group rewards run on the main process over the gathered batch, while TRL's completions table holds each
-        process's own rows; so extra columns are kept in single-process runs and dropped (with one warning) otherwise.
-        """
+        """TRL's `log_extra` for group rewards, one value per row of the group. Group rewards see the gathered batch but
+        TRL's completions table holds each process's rows, so with several processes it is dropped (one warning)."""
         if self.accelerator.num_processes == 1:
             self._log_completion_extra(column, values)
         elif not getattr(self, "_warned_log_extra", False):
@@ -382,13 +354,8 @@ class GAPOTrainer(GRPOTrainer):
     # -- rollouts ------------------------------------------------------------------------------------------------
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
-        """TRL's generation through gapo's decoding loop (gapo.prefix.trainer_rollouts), and the `rollouts` metric.
-
-        Every prompt of the call is prefilled once and all rows are decoded as one batch, finished rows dropped: the
-        evaluation sampler's loop, with TRL's generation config. TRL's own method runs where that does not apply
-        (vLLM, continuous batching, images, `shared_prompt_forward=False`, an unsupported model or setting).
-        `rollouts` counts the completions generated since the last log (all processes; one step at logging_steps=1).
-        """
+        """TRL's generation through gapo.prefix.trainer_rollouts (the evaluation sampler's loop), else TRL's own method
+        where that does not apply (listed there). `rollouts` counts the completions generated since the last log."""
         out = prefix.trainer_rollouts(self, prompt_ids, images, multimodal_fields)
         if out is None:
             out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
@@ -401,13 +368,10 @@ class GAPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         """TRL's log-prob pass, or gapo.prefix's shared-prompt one where it applies (`shared_prompt_forward`).
 
-        The arguments go to the parent exactly as they came. Under Unsloth the parent is Unsloth's compiled trainer,
-        whose version of this method takes a 7th positional argument, `compute_efficient`, that TRL's lacks; Unsloth's
-        `compute_loss` passes it positionally (True: "no forward here, return None; the loss computes the log-probs
-        itself"). A signature copied from TRL's bound that True to `compute_aux_loss`, so Unsloth ran a detached
-        forward over its own padded window (logits_to_keep + max_left_pad) and its loss broadcast that against the
-        completion mask: the "Attempting to broadcast a dimension of length s89" failure (docs/gpu.md).
-        """
+        Why `*args` go to the parent as they came: Unsloth's compiled trainer (the parent under Unsloth) takes a 7th
+        positional argument, `compute_efficient`, that TRL's lacks, and its `compute_loss` passes True there ("return
+        None; the loss computes the log-probs itself"). A signature copied from TRL's bound that to `compute_aux_loss`,
+        and the loss failed ("Attempting to broadcast a dimension of length s89", docs/gpu.md)."""
         if self.args.shared_prompt_forward and not self._under_unsloth:
             shared = self._shared_prompt_logps(model, *args, **kwargs)
             if shared is not None:

@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import house  # noqa: E402
+
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -28,23 +30,8 @@ def test_the_import_contracts_hold() -> None:
     assert "0 broken" in run.stdout
 
 
-def circles(graph: grimp.ImportGraph) -> list[tuple[str, str]]:
-    """Every import a -> b (modules of gapo, at any depth) for which b also reaches a: each lies on a circle."""
-    found = []
-    for importer in sorted(graph.modules):
-        for imported in sorted(graph.find_modules_directly_imported_by(importer)):
-            if graph.chain_exists(importer=imported, imported=importer):
-                found.append((importer, imported))
-    return found
-
-
 def test_no_import_circles() -> None:
-    sys.path.insert(0, str(ROOT))
-    try:
-        graph = grimp.build_graph("gapo", cache_dir=None)
-    finally:
-        sys.path.remove(str(ROOT))
-    assert circles(graph) == []
+    assert house.circles(house.import_graph()) == []
 
 
 def test_the_circle_finder_finds_a_circle(tmp_path: Path) -> None:
@@ -55,9 +42,39 @@ def test_the_circle_finder_finds_a_circle(tmp_path: Path) -> None:
     (package / "a.py").write_text("def f():\n    from circ import b\n")
     (package / "b.py").write_text("from circ import a\n")
     (package / "c.py").write_text("from circ import a\n")
-    sys.path.insert(0, str(tmp_path))
-    try:
-        graph = grimp.build_graph("circ", cache_dir=None)
-    finally:
-        sys.path.remove(str(tmp_path))
-    assert circles(graph) == [("circ.a", "circ.b"), ("circ.b", "circ.a")]
+    assert house.circles(house.import_graph("circ", tmp_path)) == [("circ.a", "circ.b"), ("circ.b", "circ.a")]
+
+
+def test_line_counts_leave_out_docstrings_comments_and_blank_lines() -> None:
+    source = (
+        '"""Module."""\n\n# a comment\nX = 1  # kept: code\n#: documented\nY = 2\n"""Y\'s docstring."""\n\n\n'
+        'def f():\n    """Doc\n    on two lines."""\n    return "not a docstring"\n'
+    )
+    assert house.line_counts(source) == (13, 4)
+
+
+def test_house_measures_this_repository() -> None:
+    """The closing note's numbers: every part sized, no circle, the contracts kept, each stage's deps counted."""
+    found = house.measure()
+    assert found["sizes"]["core"]["code"] < found["sizes"]["core"]["lines"]
+    assert found["sizes"]["harness"]["modules"] > 10
+    assert found["circles"] == 0
+    assert found["contracts"] == {"kept": 4, "broken": 0}
+    assert found["stage_deps"]["generate"] < found["stage_deps"]["train_gapo"]
+    assert set(found["glue"]) == set(house.GLUE)
+
+
+def test_code_changed_since_tells_prose_from_code(tmp_path: Path) -> None:
+    """Prose edits keep the code tree (dvc.lock may be recommitted); a changed, added or removed module is named."""
+    (tmp_path / "gapo").mkdir()
+    module = tmp_path / "gapo" / "a.py"
+    module.write_text('"""Doc."""\n\n\ndef f():\n    """Why."""\n    return 1  # one\n')
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    module.write_text('"""Shorter."""\n\n\ndef f():\n    return 1\n')
+    assert house.code_changed_since("HEAD", tmp_path) == []
+    module.write_text('"""Doc."""\n\n\ndef f():\n    return 2\n')
+    (tmp_path / "gapo" / "b.py").write_text("")
+    assert house.code_changed_since("HEAD", tmp_path) == ["gapo/a.py", "gapo/b.py"]

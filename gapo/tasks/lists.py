@@ -1,17 +1,13 @@
 """Synthetic "pick one item from this list" prompts, the paper's GAPO training data (Appendix E).
 
-Each row asks for exactly one item from a random list of `min_items`..`max_items` distinct items of one category,
-in one of several phrasings, followed by the fixed format instruction. Columns:
+Each row asks, in one of several phrasings plus the fixed format instruction, for exactly one item from a random list
+of `min_items`..`max_items` distinct items of one category. Columns: ``prompt`` (chat messages: the user turn, plus an
+assistant turn holding the prefix when pre-filled), ``items`` (the valid items, list[str], distinct, in the order
+shown) and ``category`` (one of CATEGORIES).
 
-    prompt    chat messages: [{"role": "user", ...}] (+ [{"role": "assistant", "content": prefix}] when pre-filled)
-    items     the valid items, in the order shown (list[str], distinct)
-    category  one of CATEGORIES
-
-Why the pools live in the repository (gapo/resources/item_pools.json): the dataset must be bit-for-bit the same for
-a seed on every machine, offline. The paper's 10 *evaluation* categories (planets, musical instruments, books,
-celebrities, flowers, colors, languages, cities, sports, movies) are deliberately absent, so the evaluation measures
-generalisation to unseen lists.
-"""
+Why the pools live in the repository (gapo/resources/item_pools.json): the dataset must be bit-for-bit the same for a
+seed on every machine, offline. The paper's 10 evaluation categories (`EVALUATION_CATEGORIES`) are deliberately absent,
+so the evaluation measures generalisation to unseen lists."""
 
 from __future__ import annotations
 
@@ -100,15 +96,10 @@ def make_list_selection_dataset(
     categories: Sequence[str] | None = None,
     response_prefix: str | None = None,
 ) -> Any:
-    """`n` list-selection prompts as a `datasets.Dataset`; deterministic for a seed.
+    """`n` (> 0) list-selection prompts as a `datasets.Dataset`; a seed gives the same rows on every machine.
 
-    Args:
-        n: number of rows (> 0).
-        seed: the same seed gives the same rows on every machine.
-        min_items, max_items: list length range, inclusive (the paper: 4 to 12).
-        categories: subset of CATEGORIES (default all, drawn uniformly per row).
-        response_prefix: optional pre-filled start of the answer, e.g. "<answer>".
-    """
+    Lists have `min_items`..`max_items` items (inclusive; the paper: 4 to 12) from `categories` (a subset of CATEGORIES,
+    default all, drawn uniformly per row); `response_prefix` pre-fills the start of the answer, e.g. "<answer>"."""
     import datasets
 
     rows = list_selection_rows(n, seed, min_items, max_items, categories, response_prefix)

@@ -1,4 +1,4 @@
-"""Open prompts (issue 13): "Name a country." Validity from a lexicon where a well-kept package has one."""
+"""Open prompts: "Name a country." Validity from a lexicon where a well-kept package has one."""
 
 from __future__ import annotations
 
@@ -13,10 +13,6 @@ from gapo.tasks.lists import chat_prompt
 
 #: Appended to every open question, so that the answer can be extracted (`gapo.rewards.extract_answer`).
 OPEN_SET_FORMAT = "Format your response as follows: <answer>your_answer</answer>."
-
-# --------------------------------------------------------------------------------------------------------------------
-# Open prompts (issue 13): "Name a country." Validity from a lexicon where a well-kept package has one
-# --------------------------------------------------------------------------------------------------------------------
 
 #: Questions per open category. Answers are checked against `LEXICON_SOURCES` where a category has one.
 OPEN_QUESTIONS: dict[str, tuple[str, ...]] = {
@@ -154,10 +150,8 @@ def _answer_keys(answer: str, before_comma: bool = False) -> list[str]:
 
 
 class LexiconValidity:
-    """Is an answer a member of `category`? Looked up in the category's lexicon after normalising.
-
-    A plain object (the lexicon loads lazily, once per process), so rewards using it pickle to workers.
-    """
+    """Is an answer a member of `category`? Looked up in the category's lexicon after normalising. A plain object (the
+    lexicon loads lazily, once per process), so rewards using it pickle to workers."""
 
     checked = True
 
@@ -225,10 +219,8 @@ def _check_open_categories(categories: Sequence[str]) -> tuple[str, ...]:
 def open_prompt_rows(
     n: int, seed: int, categories: Sequence[str] = OPEN_TRAIN_CATEGORIES, response_prefix: str | None = None
 ) -> list[dict[str, Any]]:
-    """`n` open prompts ("Name a country. Format your response as follows: <answer>your_answer</answer>.").
-
-    Columns: ``prompt`` (chat messages) and ``category``; no ``items``, since the valid answers are not a list.
-    """
+    """`n` open prompts ("Name a country. Format your response ..."): columns ``prompt`` (chat messages) and
+    ``category``; no ``items``, since the valid answers are not a list."""
     if n <= 0:
         raise ValueError(f"n must be positive, got {n}")
     cats = _check_open_categories(categories)

@@ -1,4 +1,4 @@
-"""List prompts with a target distribution (issue 13): "pick Heads 70% of the time and Tails 30% of the time"."""
+"""List prompts with a target distribution: "pick Heads 70% of the time and Tails 30% of the time"."""
 
 from __future__ import annotations
 
@@ -7,10 +7,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from gapo.tasks.lists import FORMAT_INSTRUCTION, chat_prompt, format_list, list_selection_rows
-
-# --------------------------------------------------------------------------------------------------------------------
-# List prompts with a target distribution (issue 13): "pick Heads 70% of the time and Tails 30% of the time"
-# --------------------------------------------------------------------------------------------------------------------
 
 #: Phrasings of a target; `{items}` is the bracketed list, `{spec}` the percentages ("A 70% of the time and B 30%...").
 TARGET_TEMPLATES: tuple[str, ...] = (
@@ -28,10 +24,8 @@ def target_spec(items: Sequence[str], target: Sequence[float]) -> str:
 
 
 def draw_target(rng: random.Random, k: int, resolution: int = 10) -> list[float]:
-    """A random distribution over k items in steps of 1/resolution, every item at least one step (no 0% items).
-
-    Steps of 10% keep the stated percentages exact, so the prompt and the `target` column agree.
-    """
+    """A random distribution over k items in steps of 1/resolution, every item at least one step (no 0% items). Steps
+    of 10% keep the stated percentages exact, so the prompt and the `target` column agree."""
     if not 1 <= k <= resolution:
         raise ValueError(f"cannot split {resolution} steps over {k} items with at least one each; need k <= resolution")
     cuts = sorted(rng.sample(range(1, resolution), k - 1))
@@ -63,10 +57,9 @@ def target_distribution_rows(
 ) -> list[dict[str, Any]]:
     """List prompts that state a target distribution; columns as `list_selection_rows` plus ``target``.
 
-    ``target`` is a list of probabilities in the order of ``items`` (multiples of 1/`resolution`, summing to 1),
-    the form `gapo.rewards.target_distribution_reward` reads. A list rather than an item -> p mapping, because Arrow
-    would turn mappings with different keys per row into one struct column full of None.
-    """
+    ``target``, as `gapo.rewards.target_distribution_reward` reads it: probabilities in the order of ``items``
+    (multiples of 1/`resolution`, summing to 1). A list, not an item -> p mapping: Arrow would turn mappings with
+    different keys per row into one struct column full of None."""
     if max_items > resolution:
         raise ValueError(f"max_items={max_items} exceeds resolution={resolution}: every item needs at least one step")
     base = list_selection_rows(n, seed, min_items, max_items, categories)  # validates the arguments
