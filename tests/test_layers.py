@@ -13,19 +13,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import house  # noqa: E402
 
-LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
-
-@pytest.mark.skipif(not LINT_IMPORTS.is_file(), reason="import-linter is in the dev extra: pip install -e '.[dev]'")
+@pytest.mark.skipif(
+    not house.LINT_IMPORTS.is_file(), reason="import-linter is in the dev extra: pip install -e '.[dev]'"
+)
 def test_the_import_contracts_hold() -> None:
-    run = subprocess.run(
-        [str(LINT_IMPORTS), "--no-cache"],
-        cwd=ROOT,
-        env={"PATH": str(LINT_IMPORTS.parent), "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    run = house.lint_imports()
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "0 broken" in run.stdout
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -243,8 +245,6 @@ def test_keep_freed_memory_reuses_freed_pages(mode: str) -> None:
     """With glibc's defaults every pair of 40 MiB tensors is mapped afresh (20,480 page faults each time); after
     `keep_freed_memory` the freed pages serve the next pair. A fresh process each: the setting cannot be undone."""
     import platform
-    import subprocess
-    import sys
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("mallopt is glibc's")
@@ -255,9 +255,6 @@ def test_keep_freed_memory_reuses_freed_pages(mode: str) -> None:
 
 def test_allocator_benchmark_times_both_allocators_on_a_tiny_model(tmp_path):  # noqa: ANN001
     """perf/allocator.py end to end on tiny-random: one line per allocator, the speedup, and the JSON it names."""
-    import subprocess
-    import sys
-
     out = tmp_path / "allocator.json"
     flags = ["--model", "tiny-random", "--num-generations", "4", "--max-new-tokens", "4", "--repeats", "1"]
     proc = subprocess.run(

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import grimp
 import yaml
+from dvc_deps import repo_path  # tools/, first on sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The glue the issue counted (config, pipeline, the run, the stages' shared code).
@@ -90,13 +91,21 @@ def import_graph(package: str = "gapo", root: Path = ROOT) -> grimp.ImportGraph:
         sys.path.remove(str(root))
 
 
+#: import-linter's command, beside this Python (the dev extra installs it).
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+def lint_imports() -> subprocess.CompletedProcess[str]:
+    """`lint-imports` on this repository's contracts (pyproject.toml), uncached, its output captured."""
+    env = {"PATH": str(LINT_IMPORTS.parent), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
 def contracts() -> dict[str, int]:
-    """import-linter's kept and broken contracts (pyproject.toml), from `lint-imports` beside this Python."""
-    lint = Path(sys.executable).with_name("lint-imports")
-    run = subprocess.run(
-        [str(lint), "--no-cache"], cwd=ROOT, env={"PATH": str(lint.parent), "PYTHONPATH": str(ROOT)},
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    """import-linter's kept and broken contracts, from `lint_imports`."""
+    run = lint_imports()
     found = re.search(r"(\d+) kept, (\d+) broken", run.stdout)
     if found is None:
         raise RuntimeError(f"lint-imports printed no summary: {(run.stdout + run.stderr)[-500:]}")
@@ -107,11 +116,7 @@ def stage_deps() -> dict[str, int]:
     """How many gapo modules each dvc.yaml stage depends on (tools/dvc_deps.py writes them from the imports)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     return {
-        name: sum(
-            1
-            for dep in stage.get("deps", [])
-            if dep.removeprefix("${repo}").startswith("gapo/") and dep.endswith(".py")
-        )
+        name: sum(1 for dep in stage.get("deps", []) if repo_path(dep).startswith("gapo/") and dep.endswith(".py"))
         for name, stage in stages.items()
     }
 
