@@ -18,9 +18,10 @@ Rows are matched by their prompt tokens under the attention mask, so a group nee
 micro-batch. Position ids are the plain path's (`arange(P + C)` over the padded layout) and the log-probs/entropies come
 from TRL's own functions at the same temperature, so the two paths agree to float rounding (tests/test_prefix.py).
 
-Entry points: `shared_prompt_logps` and `trainer_rollouts` replace `GRPOTrainer._get_per_token_logps_and_entropies` and
-`_generate_single_turn`; `encode_prompts` + `decode_rows` are the decoding loop, also the evaluation sampler's
-(`gapo.repro.sampling.transformers_backend`). Callers fall back to TRL on `Unsupported`.
+Entry points: `SharedPromptMixin` puts `shared_prompt_logps` and `trainer_rollouts` in place of GRPOTrainer's
+`_get_per_token_logps_and_entropies` and `_generate_single_turn`, falling back to TRL's on `Unsupported`;
+`encode_prompts` + `decode_rows` are the decoding loop, also the evaluation sampler's
+(`gapo.repro.sampling.transformers_backend`).
 
 Mixed precision: like TRL's log-prob forward, call `shared_prompt_logps` inside `accelerator.autocast()`. LoRA dropout:
 one mask per prompt, not per row's copy of it: each row's mask has the same distribution, so the expected gradient is
@@ -38,11 +39,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from gapo.backends import unsloth_compiled
+
 logger = logging.getLogger(__name__)
 
 #: Attention implementations whose handling of a 2-D padding mask together with a KV cache is plain masking.
 SUPPORTED_ATTENTION = ("sdpa", "eager")
-
 
 #: Completion tokens per chunk through the LM head: bounds the live logits to LOGPROB_ROWS x vocabulary floats.
 LOGPROB_ROWS = 1024
@@ -673,3 +675,60 @@ def _distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[int], list[int]]:
             first.append(row)
         inverse.append(seen[key])
     return first, inverse
+
+
+class SharedPromptMixin:
+    """The opt-in CPU speed-up, before the trainer in its bases: rollouts and log-prob pass through this module where
+    `shared_prompt_forward` is on and they apply, else TRL's (and under Unsloth, Unsloth's) own."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shared_prompt_note: str | None = None
+        if unsloth_compiled(type(self)):
+            self.args.shared_prompt_forward = False  # generation too (`trainer_rollouts` reads it)
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
+        out = trainer_rollouts(self, prompt_ids, images, multimodal_fields)
+        if out is None:
+            out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+        return out
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        """`*args` pass on as they came: Unsloth's trainer takes a 7th positional argument, `compute_efficient`, that
+        a signature copied from TRL's bound to `compute_aux_loss` (the loss then failed to broadcast, docs/gpu.md)."""
+        if self.args.shared_prompt_forward:
+            shared = self._shared_prompt_logps(model, *args, **kwargs)
+            if shared is not None:
+                return shared
+        return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+    def _shared_prompt_logps(  # noqa: ANN202
+        self,
+        model,  # noqa: ANN001
+        input_ids,  # noqa: ANN001
+        attention_mask,  # noqa: ANN001
+        logits_to_keep,  # noqa: ANN001
+        batch_size=None,  # noqa: ANN001
+        compute_entropy=False,  # noqa: ANN001
+        compute_aux_loss=False,  # noqa: ANN001
+        **kwargs,  # noqa: ANN003
+    ):
+        """`shared_prompt_logps` in TRL's signature, or None where it does not apply (TRL's path then runs)."""
+        if compute_aux_loss or any(v is not None for v in kwargs.values()):  # multimodal inputs
+            return None
+        try:
+            logps, entropies = shared_prompt_logps(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                compute_entropy=compute_entropy,
+                temperature=self.temperature,
+                batch_size=batch_size,  # TRL's memory chunking of the old/reference passes, kept
+            )
+            return logps, entropies, None
+        except Unsupported as why:
+            if self._shared_prompt_note != str(why):
+                self._shared_prompt_note = str(why)
+                logger.info("shared-prompt forward off: %s; using TRL's path", why)
+        return None

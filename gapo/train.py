@@ -235,7 +235,7 @@ def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dic
     backend = backends.resolve(args.backend)
     backends.check_vllm(args.use_vllm, script.model)
     backends.activate(backend)
-    from gapo.trainer import GAPOTrainer  # unsloth must be imported before trl, which gapo.trainer imports
+    from gapo.trainer import trainer_class  # unsloth must be imported before trl, which gapo.trainer imports
 
     # Everything that can be wrong is checked before the model loads (GAPOConfig's own values when it was built).
     models.check_model_name(script.model)
@@ -263,7 +263,7 @@ def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dic
     write_json_atomic(out / "config.json", run_config(script, args), indent=2)
 
     model, tokenizer, peft_config = backends.load_policy(script.model, args)
-    trainer = GAPOTrainer(
+    trainer = trainer_class(args)(
         model=model,
         reward_funcs=reward_funcs,
         args=args,

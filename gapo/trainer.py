@@ -5,16 +5,12 @@ How GAPO differs from GRPO (Anschel et al. 2025, section 4), and nothing else:
    of one prompt, it returns G rewards, r = R(o_1..o_G), so it can see frequency, coverage, etc.
 2. Those rewards go through GRPO's usual advantage (r_i - mean) / std and clipped surrogate, unchanged.
 
-TRL methods overridden, and why (pinned trl==1.14.2; re-read these on a TRL bump):
-- `_calculate_rewards`: TRL scores each process's slice, which can split a group (huggingface/trl#3896); group rewards
-  run on whole gathered groups on the main process, with TRL's reward keyword arguments, and are broadcast.
-- `_generate_single_turn` (CPU speed only): prefills each prompt once (gapo.prefix.trainer_rollouts); counts `rollouts`.
-- `_get_per_token_logps_and_entropies` (CPU speed only): encodes each group's prompt once, in TRL's `batch_size` chunks.
-Both speed overrides fall back to TRL's code where they do not apply (gapo.prefix.Unsupported); they are off by default
-on CUDA (slower there, docs/performance.md; `static_cache_generation` instead) and under Unsloth, leaving only
-`_calculate_rewards`. `__init__` wraps TRL's colocated vLLM weight sync on vLLM's CPU build
-(`gapo.backends.reload_colocated_weights`) and refuses a pre-filled assistant turn (`check_reward_inputs`). The trainer
-knows no task: group rewards check their dataset (`GroupReward.check`) and log their own metrics.
+The one TRL method overridden (trl==1.14.2; re-read it on a TRL bump), `_calculate_rewards`: TRL scores each process's
+slice, which can split a group (huggingface/trl#3896); group rewards run on whole gathered groups on the main process,
+with TRL's reward keyword arguments, and are broadcast. `__init__` refuses a pre-filled assistant turn and wraps TRL's
+colocated vLLM weight sync on vLLM's CPU build. The CPU speed-up (each group's prompt encoded once) is opt-in:
+`SharedPromptGAPOTrainer` adds `gapo.prefix.SharedPromptMixin`. The trainer knows no task: group rewards check their
+dataset (`GroupReward.check`) and log their own metrics.
 
 Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process 1's, ...)::
 
@@ -22,7 +18,7 @@ Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process
     process 0:    [p0 p0 | ...]  process 1: [p0 p0 | ...]   <- a group split in halves on 2 processes
 
 Running it: `gapo train` (gapo.train; several GPUs: README.md). From Python, `gapo.backends.load_policy` gives (model,
-tokenizer, peft_config) for `GAPOTrainer(...)`."""
+tokenizer, peft_config) for `GAPOTrainer(...)`, or `SharedPromptGAPOTrainer(...)` on CPU."""
 
 from __future__ import annotations
 
@@ -35,7 +31,7 @@ from accelerate.utils import broadcast_object_list, gather_object
 from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults, prefix
-from gapo.backends import BACKENDS, cpu_has_bf16, reload_colocated_weights, unsloth_compiled
+from gapo.backends import BACKENDS, cpu_has_bf16, reload_colocated_weights
 from gapo.rewards import is_group_reward, validate_group_rewards
 
 logger = logging.getLogger(__name__)
@@ -80,7 +76,8 @@ class GAPOConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Encode each group's prompt once in the log-prob pass and generation prefill (gapo.prefix): "
-            "same loss, less work. None: on for CPU (5-8x faster there), off on CUDA (slower there: docs/performance)."
+            "same loss, less work. None: on for CPU (5-8x faster there), off on CUDA (slower there: docs/performance). "
+            "SharedPromptGAPOTrainer reads it (`trainer_class`); GAPOTrainer runs TRL's paths."
         },
     )
     static_cache_generation: bool | None = field(
@@ -248,19 +245,13 @@ def check_reward_inputs(reward_funcs: Any, dataset: Any) -> None:
 
 
 class GAPOTrainer(GRPOTrainer):
-    """GRPOTrainer, with TRL's arguments, whose `reward_funcs` may include group rewards (module docstring). Logged per
-    step besides TRL's metrics: `rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` of the weighted reward
-    sum, `rollouts` (completions generated in the step, all processes), and what rewards log through `log_metric` (the
-    list rewards: `diversity/valid_fraction`, `diversity/group_jsd`)."""
+    """GRPOTrainer whose `reward_funcs` may include group rewards. Logged per step besides TRL's metrics:
+    `rewards/mean`, `rewards/std` and `train/frac_zero_std_groups` of the weighted reward sum, `rollouts` (completions
+    generated in the step, all processes), and what rewards log (`diversity/valid_fraction`, `diversity/group_jsd`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
-        #: Unsloth compiled the GRPOTrainer this class derives from: its generation and log-prob paths run, not ours.
-        self._under_unsloth = unsloth_compiled(type(self))
         super().__init__(*args, **kwargs)
-        self._shared_prompt_note: str | None = None
-        if self._under_unsloth:
-            self.args.shared_prompt_forward = False  # generation too (gapo.prefix.trainer_rollouts reads it)
         if self.use_vllm:
             reload_colocated_weights(self.vllm_generation)  # TRL's colocated sync on vLLM's CPU build
         if self.args.static_cache_generation and not self.use_vllm:
@@ -270,6 +261,9 @@ class GAPOTrainer(GRPOTrainer):
     # -- rewards -------------------------------------------------------------------------------------------------
 
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
+        mode = "train" if self.model.training else "eval"
+        counter = self._metrics[mode]["rollouts"]  # completions generated since the last log (TRL clears it then)
+        counter[:] = [(counter[0] if counter else 0) + len(prompts) * self.accelerator.num_processes]
         group_idx = [i for i, f in enumerate(self.reward_funcs) if is_group_reward(f)]
         if not group_idx:
             return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -288,7 +282,6 @@ class GAPOTrainer(GRPOTrainer):
             elif not getattr(self, "_warned_environments", False):
                 self._warned_environments = True
                 logger.warning("group rewards get no `environments` with several processes (they are per process)")
-        mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
 
         rewards = torch.full((len(all_prompts), len(self.reward_funcs)), torch.nan, device=device)
@@ -351,60 +344,12 @@ class GAPOTrainer(GRPOTrainer):
         zero_std = torch.isclose(grouped.std(dim=1), torch.zeros(1, device=grouped.device))
         metrics["train/frac_zero_std_groups"].append(zero_std.float().mean().item())
 
-    # -- rollouts ------------------------------------------------------------------------------------------------
 
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):  # noqa: ANN001, ANN202, E501
-        """TRL's generation through gapo.prefix.trainer_rollouts (the evaluation sampler's loop), else TRL's own method
-        where that does not apply (listed there). `rollouts` counts the completions generated since the last log."""
-        out = prefix.trainer_rollouts(self, prompt_ids, images, multimodal_fields)
-        if out is None:
-            out = super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-        counter = self._metrics["train" if self.model.training else "eval"]["rollouts"]  # TRL clears it at each log
-        counter[:] = [(counter[0] if counter else 0) + len(out[0]) * self.accelerator.num_processes]
-        return out
+class SharedPromptGAPOTrainer(prefix.SharedPromptMixin, GAPOTrainer):
+    """GAPOTrainer with the opt-in CPU speed-up (`gapo.prefix.SharedPromptMixin`): what `gapo train` runs when
+    `shared_prompt_forward` is on. Same loss; rollouts sampled with other random numbers (`trainer_rollouts`)."""
 
-    # -- shared-prompt log-prob pass -----------------------------------------------------------------------------
 
-    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        """TRL's log-prob pass, or gapo.prefix's shared-prompt one where it applies (`shared_prompt_forward`).
-
-        Why `*args` go to the parent as they came: Unsloth's compiled trainer (the parent under Unsloth) takes a 7th
-        positional argument, `compute_efficient`, that TRL's lacks, and its `compute_loss` passes True there ("return
-        None; the loss computes the log-probs itself"). A signature copied from TRL's bound that to `compute_aux_loss`,
-        and the loss failed ("Attempting to broadcast a dimension of length s89", docs/gpu.md)."""
-        if self.args.shared_prompt_forward and not self._under_unsloth:
-            shared = self._shared_prompt_logps(model, *args, **kwargs)
-            if shared is not None:
-                return shared
-        return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-
-    def _shared_prompt_logps(  # noqa: ANN202
-        self,
-        model,  # noqa: ANN001
-        input_ids,  # noqa: ANN001
-        attention_mask,  # noqa: ANN001
-        logits_to_keep,  # noqa: ANN001
-        batch_size=None,  # noqa: ANN001
-        compute_entropy=False,  # noqa: ANN001
-        compute_aux_loss=False,  # noqa: ANN001
-        **kwargs,  # noqa: ANN003
-    ):
-        """gapo.prefix's log-prob pass in TRL's signature, or None where it does not apply (TRL's path then runs)."""
-        if compute_aux_loss or any(v is not None for v in kwargs.values()):  # multimodal inputs
-            return None
-        try:
-            logps, entropies = prefix.shared_prompt_logps(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                compute_entropy=compute_entropy,
-                temperature=self.temperature,
-                batch_size=batch_size,  # TRL's memory chunking of the old/reference passes, kept
-            )
-            return logps, entropies, None
-        except prefix.Unsupported as why:
-            if self._shared_prompt_note != str(why):
-                self._shared_prompt_note = str(why)
-                logger.info("shared-prompt forward off: %s; using TRL's path", why)
-        return None
+def trainer_class(args: GAPOConfig) -> type[GAPOTrainer]:
+    """What `gapo train` runs for `args`: the CPU speed-up where `shared_prompt_forward` is on, else GAPOTrainer."""
+    return SharedPromptGAPOTrainer if args.shared_prompt_forward else GAPOTrainer

@@ -361,7 +361,8 @@ def load_model(args: Args) -> tuple[torch.nn.Module, Any]:
 
 
 def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str, callback: Any) -> Any:
-    """TRL's GRPOTrainer (`name="trl"`) or GAPOTrainer (`"gapo"`), timed, on a fresh model; identical settings."""
+    """TRL's GRPOTrainer (`name="trl"`) or what `gapo train` runs (`"gapo"`: `trainer_class`, the shared-prompt
+    GAPOTrainer on CPU), timed, on a fresh model; identical settings."""
     from transformers import PrinterCallback
     from transformers.trainer_utils import set_seed
     from trl import GRPOConfig, GRPOTrainer
@@ -369,7 +370,7 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
     from gapo.backends import lora_config
     from gapo.rewards import frequency_reward
     from gapo.tasks.lists import make_list_selection_dataset
-    from gapo.trainer import GAPOConfig, GAPOTrainer
+    from gapo.trainer import GAPOConfig, trainer_class
 
     dataset = make_list_selection_dataset(max_steps, seed=args.seed)
     common = dict(
@@ -405,7 +406,7 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
     cache_floor = {} if floor is None else {"generation_max_cache_len": floor}
     gapo_args = GAPOConfig(**common, **lora, **cache_floor)
     if name == "gapo":
-        cls, config = GAPOTrainer, gapo_args
+        cls, config = trainer_class(gapo_args), gapo_args
     else:
         cls, config = GRPOTrainer, GRPOConfig(**common)
     set_seed(args.seed)

@@ -67,7 +67,8 @@ def tiny_gapo_args(tmp_path):  # noqa: ANN001, ANN201
 
 @pytest.fixture()
 def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
-    """`make(reward_funcs=None, train_dataset=None, lora=True, **config overrides) -> GAPOTrainer` on tiny-random.
+    """`make(reward_funcs=None, train_dataset=None, lora=True, **config overrides) -> GAPOTrainer` on tiny-random, of
+    the class `gapo train` runs for the config (`trainer_class`: the shared-prompt one on CPU unless turned off).
 
     Defaults: `frequency_reward`, 8 list prompts (seed 0), a LoRA adapter built from the
     config (`gapo.backends.lora_config`); a fresh model each call.
@@ -76,14 +77,14 @@ def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
     from gapo.models import load_model_and_tokenizer
     from gapo.rewards import frequency_reward
     from gapo.tasks.lists import make_list_selection_dataset
-    from gapo.trainer import GAPOTrainer
+    from gapo.trainer import trainer_class
 
     def make(reward_funcs=None, train_dataset=None, lora=True, **overrides):  # noqa: ANN001, ANN003, ANN202
         args = tiny_gapo_args(**overrides)
         # float32 unless a test names policy_dtype (as backends.load_policy loads it), whatever the CPU
         dtype = getattr(torch, args.policy_dtype) if "policy_dtype" in overrides else torch.float32
         model, tokenizer = load_model_and_tokenizer("tiny-random", dtype=dtype, device="cpu")
-        return GAPOTrainer(
+        return trainer_class(args)(
             model=model,
             reward_funcs=reward_funcs if reward_funcs is not None else [frequency_reward],
             args=args,

@@ -269,12 +269,12 @@ def test_unsupported_configurations(tokenizer) -> None:  # noqa: ANN001
 
 
 def varied_trainer(tmp_path, tied: bool = False, scale: float = 0.5, **overrides):  # noqa: ANN001, ANN003, ANN201
-    """A GAPOTrainer on `varied_random_model(tokenizer, tied, scale)` (tests/test_sampling.py), fresh LoRA, no
-    dropout."""
+    """A SharedPromptGAPOTrainer on `varied_random_model(tokenizer, tied, scale)` (tests/test_sampling.py), fresh LoRA,
+    no dropout."""
     from gapo.backends import lora_config
     from gapo.models import load_tokenizer
     from gapo.tasks.lists import make_list_selection_dataset
-    from gapo.trainer import GAPOConfig, GAPOTrainer
+    from gapo.trainer import GAPOConfig, SharedPromptGAPOTrainer
     from tests.test_sampling import varied_random_model
 
     tokenizer = load_tokenizer("tiny-random")
@@ -297,7 +297,7 @@ def varied_trainer(tmp_path, tied: bool = False, scale: float = 0.5, **overrides
         shared_prompt_forward=True,
         **overrides,
     )
-    return GAPOTrainer(
+    return SharedPromptGAPOTrainer(
         model=model,
         reward_funcs=[_length_reward],
         args=args,
@@ -327,7 +327,7 @@ def stock_rollouts(trainer, rows: list[list[int]]) -> list[list[int]]:  # noqa: 
 def test_trainer_rollouts_are_trls_greedy_tokens(tmp_path) -> None:  # noqa: ANN001
     """Greedy (do_sample=False through TRL's generation_kwargs) with a repetition penalty, prompts of three lengths
     interleaved and two extra EOS ids that end rows at different steps: the same completions as TRL's `generate`
-    path, EOS kept and nothing after it, finished rows dropped on the way, and `rollouts` counted."""
+    path, EOS kept and nothing after it, and finished rows dropped on the way."""
     prefix._warned.clear()
     trainer = varied_trainer(
         tmp_path, max_completion_length=8, generation_kwargs={"do_sample": False, "repetition_penalty": 1.3}
@@ -355,9 +355,6 @@ def test_trainer_rollouts_are_trls_greedy_tokens(tmp_path) -> None:  # noqa: ANN
     assert ours == stock
     assert [len(c) for c in ours] == [3, 6, 3, 8, 6, 3, 8, 6] and ours[0][-1] == eos[0] and ours[1][-1] == eos[1]
     assert batch_sizes == [8, 8, 8, 5, 5, 5, 2, 2]  # A's 3 rows leave after step 3, B's 3 after step 6
-    assert trainer._metrics["train"]["rollouts"] == [8]
-    trainer._generate_single_turn(rows[:4], None, {}, 4)
-    assert trainer._metrics["train"]["rollouts"] == [12]  # summed until TRL's log clears it
 
 
 def test_trainer_rollouts_sample_trls_distribution(tmp_path) -> None:  # noqa: ANN001
@@ -405,7 +402,7 @@ def test_unsupported_generation_setting_falls_back_to_trls_path(tmp_path) -> Non
     assert prefix.trainer_rollouts(trainer, rows) is None
     assert any("no_repeat_ngram_size=2" in m and "generation off" in m for m in prefix._warned)
     ours, _ = trainer._generate_single_turn(rows, None, {}, 2)
-    assert ours == stock_rollouts(trainer, rows) and trainer._metrics["train"]["rollouts"] == [4]
+    assert ours == stock_rollouts(trainer, rows)
     trainer.args.shared_prompt_forward = False
     prefix._warned.clear()
     assert prefix.trainer_rollouts(trainer, rows) is None
@@ -418,15 +415,15 @@ def _length_reward(completions, **kwargs):  # noqa: ANN001, ANN003, ANN202
 
 
 def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
-    """One GAPOTrainer step (its rollouts and shared-prompt log-probs) against TRL's GRPOTrainer on tiny-random fed
-    the same completions: same loss, same gradient norm; and `rollouts` logged (G=4 completions)."""
+    """One SharedPromptGAPOTrainer step (its rollouts and shared-prompt log-probs) against TRL's GRPOTrainer on
+    tiny-random fed the same completions: same loss, same gradient norm; and `rollouts` logged (G=4 completions)."""
     from transformers.trainer_utils import set_seed
     from trl import GRPOConfig, GRPOTrainer
 
     from gapo.backends import lora_config
     from gapo.models import load_tokenizer
     from gapo.tasks.lists import make_list_selection_dataset
-    from gapo.trainer import GAPOConfig, GAPOTrainer
+    from gapo.trainer import GAPOConfig, SharedPromptGAPOTrainer
 
     prefix._warned.clear()  # fallback notes are once per process: forget those of earlier tests
     tokenizer = load_tokenizer("tiny-random")
@@ -458,7 +455,7 @@ def test_trainer_step_matches_stock_trl(tmp_path) -> None:  # noqa: ANN001
     )
     results, generated = {}, {}
     for name, cls, args in (
-        ("gapo", GAPOTrainer, gapo_args),
+        ("gapo", SharedPromptGAPOTrainer, gapo_args),
         ("trl", GRPOTrainer, GRPOConfig(output_dir=str(tmp_path / "t"), **common)),
     ):
         set_seed(0)

@@ -122,6 +122,27 @@ def test_steps_change_lora_weights_and_log_metrics(tiny_gapo_trainer, shared_pro
         "rewards/per_completion_length/mean",
     ):
         assert key in logged, key
+    rollouts = [row["rollouts"] for row in trainer.state.log_history if "rollouts" in row]
+    assert rollouts == [4, 4]  # one group of G=4 a step, counted by the reward step whichever class runs
+
+
+def test_gapo_trainer_overrides_only_the_reward_step_of_trl() -> None:
+    """The issue-21 contract: GAPOTrainer replaces one TRL method, the one whole-group rewards need; the CPU speed-up
+    is a mixin (two more) that `gapo train` adds only where `shared_prompt_forward` is on."""
+    from trl import GRPOTrainer
+
+    from gapo.prefix import SharedPromptMixin
+    from gapo.trainer import GAPOConfig, GAPOTrainer, SharedPromptGAPOTrainer, trainer_class
+
+    def overrides(cls: type) -> set[str]:
+        return {name for name in vars(cls) if callable(getattr(GRPOTrainer, name, None))}
+
+    assert overrides(GAPOTrainer) == {"__init__", "_calculate_rewards"}
+    assert overrides(SharedPromptMixin) == {"__init__", "_generate_single_turn", "_get_per_token_logps_and_entropies"}
+    assert SharedPromptGAPOTrainer.__mro__[1:3] == (SharedPromptMixin, GAPOTrainer)
+    for on, cls in ((True, SharedPromptGAPOTrainer), (False, GAPOTrainer)):
+        args = GAPOConfig(output_dir="-", shared_prompt_forward=on, num_generations=2, per_device_train_batch_size=2)
+        assert trainer_class(args) is cls
 
 
 def test_bfloat16_policy_learns_with_float32_lora(tiny_gapo_trainer):  # noqa: ANN001

@@ -96,9 +96,11 @@ def test_backend_unsloth_turns_gapo_speed_paths_off(tiny_gapo_args):  # noqa: AN
         tiny_gapo_args(backend="unsloth", shared_prompt_forward=True)
 
 
-def test_gapo_step_takes_unsloths_paths_except_group_rewards(gapo_under_unsloth, tiny_gapo_args):  # noqa: ANN001
+@pytest.mark.parametrize("name", ["GAPOTrainer", "SharedPromptGAPOTrainer"])
+def test_gapo_step_takes_unsloths_paths_except_group_rewards(gapo_under_unsloth, tiny_gapo_args, name):  # noqa: ANN001
     """A real step on tiny-random: Unsloth's efficient call gets (None, None) as Unsloth expects (it got a detached
-    forward over another window before: the broadcast failure), group rewards see whole groups, the LoRA moves."""
+    forward over another window before: the broadcast failure), group rewards see whole groups, the LoRA moves. With
+    the CPU speed-up mixed in too: it turns itself off and passes Unsloth's extra positional argument on."""
     from gapo.backends import lora_config
     from gapo.models import load_model_and_tokenizer
 
@@ -113,7 +115,7 @@ def test_gapo_step_takes_unsloths_paths_except_group_rewards(gapo_under_unsloth,
     # shared_prompt_forward=True: even a config that asks for gapo's own log-prob pass gets Unsloth's under Unsloth
     args = tiny_gapo_args(max_steps=1, shared_prompt_forward=True)
     model, tokenizer = load_model_and_tokenizer("tiny-random", device="cpu")
-    trainer = gapo_under_unsloth.GAPOTrainer(
+    trainer = getattr(gapo_under_unsloth, name)(
         model=model,
         reward_funcs=[rank_by_length],
         args=args,
@@ -121,7 +123,7 @@ def test_gapo_step_takes_unsloths_paths_except_group_rewards(gapo_under_unsloth,
         processing_class=tokenizer,
         peft_config=lora_config(args),
     )
-    assert trainer._under_unsloth and trainer.args.shared_prompt_forward is False
+    assert trainer.args.shared_prompt_forward is (name == "GAPOTrainer")  # only the mixin reads (and clears) it
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()
     calls = UnslothGRPOTrainer.calls

@@ -28,7 +28,7 @@ from gapo.backends import lora_config
 from gapo.tasks.lists import make_list_selection_dataset
 from gapo.models import load_model_and_tokenizer
 from gapo.rewards import GroupReward, completion_text, extract_answer, frequency_reward
-from gapo.trainer import GAPOConfig, GAPOTrainer
+from gapo.trainer import GAPOConfig, GAPOTrainer, SharedPromptGAPOTrainer
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out_dir", type=Path)
@@ -72,7 +72,7 @@ class RankInGroup(GroupReward):
         return rank_in_group([completion_text(p, c) for p, c in zip(prompts, completions, strict=True)])
 
 
-class Spy(GAPOTrainer):
+class Spy(GAPOTrainer if cli.no_shared_prompt else SharedPromptGAPOTrainer):  # as `gapo train` picks
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):  # noqa: ANN001, ANN202
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)  # (B_global, 3)
         texts = [completion_text(p, c) for p, c in zip(prompts, completions, strict=True)]
