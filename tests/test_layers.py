@@ -71,3 +71,13 @@ def test_code_changed_since_tells_prose_from_code(tmp_path: Path) -> None:
     module.write_text('"""Doc."""\n\n\ndef f():\n    return 2\n')
     (tmp_path / "gapo" / "b.py").write_text("")
     assert house.code_changed_since("HEAD", tmp_path) == ["gapo/a.py", "gapo/b.py"]
+    assert house.code_changes_since("HEAD", tmp_path) == {"gapo/a.py": ["~f"], "gapo/b.py": ["+file"]}
+
+
+def test_changed_definitions_name_each_top_level_statement() -> None:
+    """A refactor's evidence names what moved: defs and classes by name, assignments by target, imports by line; a
+    docstring edit inside an unchanged def is not a change."""
+    old = 'import os\nX = 1\n\n\ndef f():\n    """Old why."""\n    return X\n\n\nclass C:\n    pass\n'
+    new = 'import os, sys\nX = 2\n\n\ndef f():\n    """New why."""\n    return X\n\n\ndef g():\n    return 0\n'
+    assert house.changed_definitions(old, old) == []
+    assert house.changed_definitions(old, new) == ["-import os", "-C", "+import os, sys", "~X", "+g"]

@@ -6,11 +6,13 @@ show whether a change moved code or only prose.
 
     python tools/house.py            # a table on stdout
     python tools/house.py --json     # the same as one JSON object
-    python tools/house.py --code-changed-since REV   # gapo modules whose code (not prose) differs from git REV
+    python tools/house.py --code-changed-since REV   # gapo modules whose code (not prose) differs from git REV, and
+                                                     # in each, the top-level definitions added (+), removed (-), changed (~)
 
 Why `--code-changed-since`: a change to a stage's code dep invalidates dvc.lock. When only docstrings and comments
 changed (the same syntax tree without them), `dvc commit` records the new files without a two-hour rerun, and this
-check is the evidence (it exits 1 when any module's code changed).
+check is the evidence (it exits 1 when any module's code changed). When code moved, it names what did, and
+tools/same_training.py checks that training still gives the same adapter bits.
 """
 
 from __future__ import annotations
@@ -123,27 +125,59 @@ def stage_deps() -> dict[str, int]:
 
 def code_tree(source: str) -> str:
     """The syntax tree of `source` without docstrings and bare documenting strings: equal trees run the same code."""
-    tree = ast.parse(source)
+    return ast.dump(_without_prose(ast.parse(source)), include_attributes=False)
+
+
+def _without_prose(tree: ast.AST) -> ast.AST:
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list):
             node.body = [stmt for stmt in body if not is_prose(stmt)] or [ast.Pass()]  # type: ignore[attr-defined]
-    return ast.dump(tree, include_attributes=False)
+    return tree
+
+
+def changed_definitions(old: str, new: str) -> list[str]:
+    """What differs, in code, between two versions of a module, by top-level statement: `+name` added, `-name` removed,
+    `~name` changed (a def or class by its name, an assignment by its targets, anything else by its first line)."""
+
+    def by_name(source: str) -> dict[str, str]:
+        found = {}
+        for stmt in _without_prose(ast.parse(source)).body:  # type: ignore[attr-defined]
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                key = stmt.name
+            elif isinstance(stmt, ast.Assign | ast.AnnAssign):
+                key = ", ".join(ast.unparse(t) for t in getattr(stmt, "targets", [getattr(stmt, "target", None)]))
+            else:
+                key = ast.unparse(stmt).splitlines()[0]
+            found[key] = ast.dump(stmt, include_attributes=False)
+        return found
+
+    before, after = by_name(old), by_name(new)
+    return [f"-{k}" for k in before if k not in after] + [
+        f"+{k}" if k not in before else f"~{k}" for k in after if before.get(k) != after[k]
+    ]
 
 
 def code_changed_since(rev: str, root: Path = ROOT) -> list[str]:
     """The gapo/*.py files (now or at git `rev`) whose code differs from `rev`'s: added, removed, or another tree."""
+    return sorted(code_changes_since(rev, root))
+
+
+def code_changes_since(rev: str, root: Path = ROOT) -> dict[str, list[str]]:
+    """`code_changed_since`, each file with what changed in it (`changed_definitions`; a whole file added or removed:
+    `+file` or `-file`)."""
     listed = subprocess.run(
         ["git", "ls-tree", "-r", "--name-only", rev, "gapo"], cwd=root, capture_output=True, text=True, check=True
     ).stdout.split()
     before = {path for path in listed if path.endswith(".py")}
     now = {path.relative_to(root).as_posix() for path in (root / "gapo").rglob("*.py")}
-    changed = sorted(before ^ now)
+    changed = {path: ["-file"] for path in before - now} | {path: ["+file"] for path in now - before}
     for path in sorted(before & now):
         old = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=root, capture_output=True, text=True, check=True)
-        if code_tree(old.stdout) != code_tree((root / path).read_text(encoding="utf-8")):
-            changed.append(path)
-    return sorted(changed)
+        new = (root / path).read_text(encoding="utf-8")
+        if code_tree(old.stdout) != code_tree(new):
+            changed[path] = changed_definitions(old.stdout, new)
+    return dict(sorted(changed.items()))
 
 
 def measure() -> dict[str, object]:
@@ -163,8 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--code-changed-since", metavar="REV", help="list gapo modules whose code differs from REV")
     args = parser.parse_args(argv)
     if args.code_changed_since:
-        changed = code_changed_since(args.code_changed_since)
-        print("\n".join(changed) if changed else f"code unchanged since {args.code_changed_since} (prose may differ)")
+        changed = code_changes_since(args.code_changed_since)
+        for path, what in changed.items():
+            print(f"{path}: {', '.join(what)}")
+        if not changed:
+            print(f"code unchanged since {args.code_changed_since} (prose may differ)")
         return 1 if changed else 0
     found = measure()
     if args.json:
