@@ -7,7 +7,7 @@ trains on open prompts with `ClassFrequencyReward`, `--task targets` on target-d
     gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded
     # interrupted, even by kill -9 mid-save? continue from the newest complete checkpoint (<= `save_steps` lost)
     gapo train --max-steps 40 --num-generations 16 --output-dir runs/gapo-embedded --resume
-    # GPUs, the paper's setting (--backend unsloth for Unsloth's kernels; auto is PEFT for now)
+    # GPUs, the paper's setting (--backend unsloth for Unsloth's kernels; auto is PEFT, gapo.backends says why)
     gapo train --model Qwen/Qwen2.5-7B-Instruct --num-generations 32 --lora-r 64 --gradient-accumulation-steps 8
 
 Output directory::
