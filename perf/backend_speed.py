@@ -12,7 +12,9 @@ How it measures
   and saves it, with the embedded Qwen tokenizer, to `--model_dir`; random weights never sample EOS, so every
   completion is `--max_completion_length` tokens on both backends. `--model` takes a gapo.models name instead.
 - The time per step is `step_time` from the run's metrics.jsonl (the whole optimizer step, generation included); the
-  figure is the median over the steps after `--warmup`.
+  figure is the median over the steps after `--warmup`. Each backend's process time (model load, Unsloth's patching
+  and compilation included) is reported too, and its stderr kept in `backend_speed.<backend>.log` beside
+  `--json_out` (else in the temp folder), so a run cut short still shows where its time went.
 
     python -m perf.backend_speed --model_config gapo/resources/qwen2.5-0.5b-instruct-config.json --backends peft,unsloth
     python -m perf.backend_speed --model tiny-random --backends peft --steps 2 --warmup 1   # CPU: the harness only
@@ -29,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -125,17 +128,26 @@ def main(argv: list[str] | None = None) -> int:
         build_random_model(args.model_config, Path(model), args.seed)
     results = {}
     child_argv = list(argv if argv is not None else sys.argv[1:])
+    log_dir = Path(args.json_out).resolve().parent if args.json_out else Path(tempfile.gettempdir())
     for backend in backends:
         child = [sys.executable, "-m", "perf.backend_speed", *child_argv, "--one", backend]
-        proc = subprocess.run(child, capture_output=True, text=True)
+        log = log_dir / f"backend_speed.{backend}.log"  # the child's stderr as it runs: where a slow run spends time
+        start = time.monotonic()
+        with log.open("w") as stderr:
+            proc = subprocess.run(child, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        wall = time.monotonic() - start
         if proc.returncode:
-            lines = (proc.stderr or proc.stdout).strip().splitlines() or ["no output"]
+            lines = log.read_text(errors="replace").strip().splitlines() or ["no output"]
             why = next((line for line in reversed(lines) if line.startswith("gapo: error:")), lines[-1])
             print(f"backend_speed: {backend} failed ({proc.returncode}): {why}", file=sys.stderr)
             return 2
-        results[backend] = json.loads(proc.stdout.strip().splitlines()[-1])
+        results[backend] = {**json.loads(proc.stdout.strip().splitlines()[-1]), "process_wall_s": wall}
         r = results[backend]
-        print(f"{backend:8s} median step {r['median_step_s']:.3f} s over {args.steps} steps on {r['device']}")
+        print(
+            f"{backend:8s} median step {r['median_step_s']:.3f} s over {args.steps} steps on {r['device']} "
+            f"({wall:.0f} s for the whole process, {log})",
+            flush=True,
+        )
     if args.json_out:
         Path(args.json_out).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
     if {"peft", "unsloth"} <= set(results):

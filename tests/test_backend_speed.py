@@ -19,7 +19,8 @@ def test_backend_speed_times_peft_steps_and_refuses_unsloth_without_cuda(tmp_pat
     peft = json.loads(out.read_text())["results"]["peft"]
     assert len(peft["step_times"]) == 3 and peft["median_step_s"] > 0 and peft["device"] == "cpu"
     assert peft["static_cache_generation"] is False  # GAPOConfig's CPU default, as a user gets it
-    assert f"median step {peft['median_step_s']:.3f} s" in run.stdout
+    assert f"median step {peft['median_step_s']:.3f} s" in run.stdout and peft["process_wall_s"] > 0
+    assert "backend: peft" in (tmp_path / "backend_speed.peft.log").read_text()  # the child's stderr, kept
     refused = subprocess.run([*cmd, "--backends", "unsloth"], cwd=ROOT, capture_output=True, text=True)
     assert refused.returncode == 2
     assert refused.stderr.strip().splitlines()[-1] == (

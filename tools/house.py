@@ -6,8 +6,9 @@ show whether a change moved code or only prose.
 
     python tools/house.py            # a table on stdout
     python tools/house.py --json     # the same as one JSON object
-    python tools/house.py --code-changed-since REV   # gapo modules whose code (not prose) differs from git REV, and
-                                                     # in each, the top-level definitions added (+), removed (-), changed (~)
+    python tools/house.py --code-changed-since REV   # gapo modules whose code (not prose) differs from git REV,
+                                                     # each with its top-level definitions added (+), removed (-)
+                                                     # and changed (~)
 
 Why `--code-changed-since`: a change to a stage's code dep invalidates dvc.lock. When only docstrings and comments
 changed (the same syntax tree without them), `dvc commit` records the new files without a two-hour rerun, and this
