@@ -42,17 +42,14 @@ def build_random_model(config_path: str, target: Path, seed: int) -> None:
     """A randomly initialised model of `config_path`'s architecture, in bf16, with the embedded tokenizer, in
     `target` (kept: a second run reuses it)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     from gapo.models import load_tokenizer
+    from perf.step_speed import random_model  # imports trl's neighbours: the driver only, never a backend's process
 
     if (target / "config.json").is_file():
         return
     tokenizer = load_tokenizer("tiny-random")  # the embedded Qwen2.5 tokenizer
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config_path), dtype=torch.bfloat16)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model = random_model(config_path, tokenizer, torch.bfloat16, seed, "cpu")
     staging = target.with_name(target.name + ".tmp")
     model.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
@@ -75,12 +72,13 @@ def train_flags(args: argparse.Namespace, model: str, backend: str, output_dir: 
 def run_one(args: argparse.Namespace, backend: str, model: str) -> dict[str, object]:
     """Train in this process through `backend` (called in a fresh process: `--one`); the step times."""
     from gapo.cli import main
+    from gapo.io import read_jsonl
 
     with tempfile.TemporaryDirectory(prefix=f"backend_speed.{backend}.") as out:
         code = main(["train", *train_flags(args, model, backend, out)])
         if code:
             raise SystemExit(f"gapo train through {backend} exited {code}")
-        rows = [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        rows = read_jsonl(Path(out) / "metrics.jsonl")
         config = json.loads((Path(out) / "config.json").read_text())
     times = [float(row["step_time"]) for row in rows if "step_time" in row]
     timed = times[args.warmup :]

@@ -346,18 +346,24 @@ def load_model(args: Args) -> tuple[torch.nn.Module, Any]:
     if args.model_config is None:
         model, tokenizer = load_model_and_tokenizer(args.model, device=DEVICE, dtype=cpu_dtype(args))
     else:
-        from transformers import AutoConfig, AutoModelForCausalLM
-
         tokenizer = load_tokenizer("tiny-random")  # the embedded Qwen2.5 tokenizer
-        config = AutoConfig.from_pretrained(args.model_config)
         dtype = torch.bfloat16 if DEVICE == "cuda" else cpu_dtype(args)
-        with torch.random.fork_rng(devices=[]), torch.device(DEVICE):
-            torch.manual_seed(args.seed)
-            model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-        model.generation_config.eos_token_id = tokenizer.eos_token_id
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model = random_model(args.model_config, tokenizer, dtype, args.seed, DEVICE)
     model.train()
     return model, tokenizer
+
+
+def random_model(config_path: str, tokenizer: Any, dtype: torch.dtype | None, seed: int, device: str) -> Any:
+    """A model of `config_path`'s architecture with weights drawn from `seed` (speed needs no trained weights), on
+    `device`, stopping at `tokenizer`'s EOS (which random weights never sample). Also perf/backend_speed.py's."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(config_path), dtype=dtype)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
 
 
 def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str, callback: Any) -> Any:

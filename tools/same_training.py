@@ -18,7 +18,6 @@ that tree's params.yaml. The LoRA init is seeded by calling `transformers.set_se
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import subprocess
 import sys
@@ -55,20 +54,23 @@ def train(tree: Path, out: Path, steps: int, seed: int, flags: list[str]) -> Non
 
 def adapter_differences(a: Path, b: Path) -> list[str]:
     """The tensors of two saved adapters that are not bit-identical (or exist on one side only)."""
+    import torch
     from safetensors.torch import load_file
 
     left, right = load_file(a / "adapter_model.safetensors"), load_file(b / "adapter_model.safetensors")
+
+    def same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+        return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+
     names = sorted(set(left) | set(right))
-    return [n for n in names if n not in left or n not in right or not _equal(left[n], right[n])]
-
-
-def _equal(x: object, y: object) -> bool:
-    return x.dtype == y.dtype and x.shape == y.shape and bool((x.view(-1) == y.view(-1)).all())  # type: ignore[attr-defined]
+    return [n for n in names if n not in left or n not in right or not same_bits(left[n], right[n])]
 
 
 def metric_differences(a: Path, b: Path) -> list[str]:
     """`step N: key` for every logged value (timings left out) that differs between two runs' metrics.jsonl."""
-    rows = [[json.loads(line) for line in path.read_text().splitlines() if line.strip()] for path in (a, b)]
+    from gapo.io import read_jsonl
+
+    rows = [read_jsonl(path) for path in (a, b)]
     if len(rows[0]) != len(rows[1]):
         return [f"{len(rows[0])} logged rows against {len(rows[1])}"]
     found = []
