@@ -193,6 +193,7 @@ def lora_config(args: Any) -> Any:
         lora_alpha=args.lora_alpha,
         lora_dropout=args.lora_dropout,
         target_modules=args.lora_target_modules,
+        use_rslora=getattr(args, "use_rslora", False),  # SFTConfig has none
         task_type="CAUSAL_LM",
     )
 
@@ -223,6 +224,7 @@ def load_policy(model_name: str, args: Any, max_seq_length: int = 1024) -> tuple
             lora_alpha=args.lora_alpha,
             lora_dropout=args.lora_dropout,
             target_modules=args.lora_target_modules,
+            use_rslora=args.use_rslora,
             use_gradient_checkpointing="unsloth" if args.gradient_checkpointing else False,
             random_state=args.seed,
         )

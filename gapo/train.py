@@ -74,6 +74,13 @@ class ScriptArguments:
         metadata={"help": "task open: when two answers are the same class (gapo.equivalence spec, e.g. normalized)"},
     )
     response_prefix: str | None = defaults.RESPONSE_PREFIX.field()
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "a JSONL of training rows (`prompt` as chat messages, plus the reward's columns: `items` for "
+            "lists, as `gapo data` writes them) used instead of the synthetic set; checked before the model loads"
+        },
+    )
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in output_dir"})
 
     def __post_init__(self) -> None:
@@ -148,10 +155,13 @@ TASKS: tuple[str, ...] = ("lists", "open", "targets")
 
 def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) -> tuple[Any, list[GroupReward]]:
     """The training dataset and reward functions of `script.task`; every check runs here, before any model loads.
-    `dataset` (e.g. the pipeline's data/train.jsonl) is used as given, else built from `script`'s settings and
-    `args.seed`. `open` refuses a category without a lexicon: its reward could not tell valid answers from invalid."""
+    `dataset` (e.g. the pipeline's data/train.jsonl) is used as given, else read from `script.dataset`, else built
+    from `script`'s settings and `args.seed`. `open` refuses a category without a lexicon: its reward could not tell
+    valid answers from invalid."""
     if args.split_format_reward and script.task != "lists":
         raise ValueError(f"split_format_reward applies to task lists only, got task {script.task!r}")
+    if dataset is None and script.dataset is not None:
+        dataset = read_dataset(script.dataset)
     if script.task == "open":
         categories = tuple(script.categories or open_ended.OPEN_TRAIN_CATEGORIES)
         unchecked = [
@@ -169,6 +179,7 @@ def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) ->
         rewards: list[GroupReward] = [
             ClassFrequencyReward(script.equivalence, validity=open_ended.open_validity_map(categories))
         ]
+        check_reward_weights(args.reward_weights, rewards)
         return dataset, rewards
     list_args = {
         "min_items": script.min_items,
@@ -187,10 +198,30 @@ def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) ->
         build = lists.make_list_selection_dataset
     if dataset is None:
         dataset = build(script.num_prompts, args.seed, **list_args)
+    check_reward_weights(args.reward_weights, rewards)
     for reward in rewards:  # its columns and rows, before any model loads
         if is_group_reward(reward):
             reward.check(dataset)
     return dataset, rewards
+
+
+def read_dataset(path: str) -> Any:
+    """`--dataset`'s rows as a `datasets.Dataset`: a missing or empty file, or one that is not JSONL, is one line."""
+    import datasets
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"--dataset {path}: no such file")
+    rows = read_jsonl(path)
+    if not rows:
+        raise ValueError(f"--dataset {path}: no rows")
+    return datasets.Dataset.from_list(rows)
+
+
+def check_reward_weights(weights: list[float] | None, rewards: list[Any]) -> None:
+    """`reward_weights` names one weight per reward of the task (TRL finds a mismatch only after the model loads)."""
+    if weights is not None and len(weights) != len(rewards):
+        names = ", ".join(getattr(r, "__name__", type(r).__name__) for r in rewards)
+        raise ValueError(f"reward_weights has {len(weights)} values; the task has {len(rewards)} reward(s): {names}")
 
 
 # --------------------------------------------------------------------------------------------------------------------

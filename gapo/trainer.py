@@ -17,17 +17,20 @@ Batch layout (TRL's RepeatSampler; global order = process 0's rows, then process
     global rows:  [p0 p0 p0 p0 | p1 p1 p1 p1 | ...]     G = 4 rows per group, groups contiguous
     process 0:    [p0 p0 | ...]  process 1: [p0 p0 | ...]   <- a group split in halves on 2 processes
 
-Running it: `gapo train` (gapo.train; several GPUs: README.md). From Python, `gapo.backends.load_policy` gives (model,
-tokenizer, peft_config) for `GAPOTrainer(...)`, or `SharedPromptGAPOTrainer(...)` on CPU."""
+Running it: `gapo train` (gapo.train; several GPUs: docs/scaling.md). From Python, `gapo.backends.load_policy` gives
+(model, tokenizer, peft_config) for `GAPOTrainer(...)`, or `SharedPromptGAPOTrainer(...)` on CPU."""
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list, gather_object
+from transformers import set_seed
+from transformers.trainer_utils import SchedulerType
 from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults, prefix
@@ -49,6 +52,13 @@ class GAPOConfig(GRPOConfig):
     1.4-1.7x faster than float32 on this repository's CPU, docs/performance.md), else float32 (oneDNN emulates bf16)."""
 
     num_generations: int | None = defaults.NUM_GENERATIONS.field()
+    max_steps: int = field(
+        default=-1,
+        metadata={
+            "help": "optimizer steps to train, a positive integer; -1 (TRL's default): train num_train_epochs epochs "
+            "of the dataset instead. 0 and other negative values are refused (transformers would read them as -1)."
+        },
+    )
     beta: float = defaults.BETA.field()
     learning_rate: float = defaults.LEARNING_RATE.field()
     bf16: bool | None = field(default=None, metadata={"help": "None: True on CUDA with bf16 support, else False."})
@@ -59,6 +69,13 @@ class GAPOConfig(GRPOConfig):
     lora_r: int = defaults.LORA_R.field()
     lora_alpha: int = defaults.LORA_ALPHA.field()
     lora_dropout: float = defaults.LORA_DROPOUT.field()
+    use_rslora: bool = field(
+        default=False,
+        metadata={
+            "help": "rank-stabilised LoRA: scale the adapter by lora_alpha/sqrt(lora_r) instead of lora_alpha/lora_r, "
+            "so a larger rank does not shrink each step (PEFT's and Unsloth's `use_rslora`). The paper: false."
+        },
+    )
     lora_target_modules: list[str] | str = defaults.LORA_TARGET_MODULES.field()
     backend: str = field(
         default="auto",
@@ -140,6 +157,7 @@ class GAPOConfig(GRPOConfig):
 #: Fields that must be whole numbers >= 1 (TRL accepts a zero `save_total_limit`, and then keeps no checkpoint).
 POSITIVE_FIELDS = (
     "per_device_train_batch_size",
+    "num_iterations",
     "gradient_accumulation_steps",
     "lora_r",
     "lora_alpha",
@@ -164,6 +182,29 @@ def config_problem(args: GAPOConfig) -> str | None:
         value = getattr(args, name)
         if not isinstance(value, int | float) or not value > 0 or (value > 1 and value != int(value)):
             return f"{name} must be a positive integer (or a fraction of the run in (0, 1)), got {value!r}"
+    steps = args.max_steps
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < -1 or not steps:
+        # transformers reads any max_steps <= 0 as "train num_train_epochs epochs": -3 would silently start 3 epochs
+        return f"max_steps must be a positive integer (or -1: train num_train_epochs epochs), got {steps!r}"
+    if str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) not in SCHEDULERS:
+        return f"lr_scheduler_type must be one of {', '.join(SCHEDULERS)}, got {args.lr_scheduler_type!r}"
+    warmup = args.warmup_steps
+    if (
+        isinstance(warmup, bool)
+        or not isinstance(warmup, int | float)
+        or warmup < 0
+        or (warmup >= 1 and warmup != int(warmup))
+    ):
+        return f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
+    if str(args.scale_rewards).lower() not in SCALE_REWARDS:
+        return f"scale_rewards must be one of group, batch, none (true: group, false: none), got {args.scale_rewards!r}"
+    weights = args.reward_weights
+    if weights is not None and (
+        not isinstance(weights, list | tuple)
+        or not weights
+        or not all(isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) for w in weights)
+    ):
+        return f"reward_weights must be a list of finite numbers, one per reward function, got {weights!r}"
     if not args.temperature > 0 or args.temperature == float("inf"):
         return f"temperature must be a finite number > 0 (GRPO samples its groups), got {args.temperature}"
     if not args.learning_rate > 0 or args.learning_rate == float("inf"):
@@ -182,6 +223,10 @@ def config_problem(args: GAPOConfig) -> str | None:
 
 
 POLICY_DTYPES = ("auto", "float32", "bfloat16")
+#: transformers' learning-rate schedules (`SchedulerType`); its default, linear, decays to 0 over max_steps.
+SCHEDULERS = tuple(s.value for s in SchedulerType)
+#: TRL's `scale_rewards` values, as lower-case strings (it takes the booleans too: True is group, False none).
+SCALE_REWARDS = ("group", "batch", "none", "true", "false")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -251,6 +296,11 @@ class GAPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
+        config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if config is not None:
+            # TRL wraps the model in its LoRA adapter before Trainer seeds anything, so the LoRA A matrices were drawn
+            # from whatever the global RNG held: two runs of one recipe started from different adapters.
+            set_seed(config.seed)
         super().__init__(*args, **kwargs)
         if self.use_vllm:
             reload_colocated_weights(self.vllm_generation)  # TRL's colocated sync on vLLM's CPU build

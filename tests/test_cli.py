@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -52,6 +53,92 @@ def test_bad_input_is_one_line_before_loading(flags, message, tmp_path, capsys, 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("gapo: error: ") and message in err[0]
     assert not (out / "adapter").exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--lr-scheduler-type", "cosine_decay"], "invalid choice: 'cosine_decay' (choose from 'linear', 'cosine',"),
+        (["--warmup-steps", "-1"], "warmup_steps must be a whole number of steps >= 0"),
+        (["--warmup-steps", "2.5"], "warmup_steps must be a whole number of steps >= 0"),
+        (["--num-iterations", "0"], "num_iterations must be a positive integer, got 0"),
+        (["--scale-rewards", "std"], "scale_rewards must be one of group, batch, none"),
+        (["--reward-weights", "1.0", "nan"], "reward_weights must be a list of finite numbers"),
+        (["--split-format-reward", "--reward-weights", "0.3"], "reward_weights has 1 values; the task has 2 reward(s)"),
+        (["--reward-weights", "1.0", "1.0"], "has 2 values; the task has 1 reward(s): frequency"),
+        (["--dataset", "no/such/rows.jsonl"], "--dataset no/such/rows.jsonl: no such file"),
+    ],
+)
+def test_recipe_levers_are_checked_before_loading(flags, message, tmp_path, capsys):  # noqa: ANN001
+    """Issue 34's levers (schedule, warmup, iterations, reward scale and weights) and --dataset: one line each."""
+    out = tmp_path / "run"
+    assert main(["train", *TINY, "--output-dir", str(out), "--max-steps", "1", *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gapo: error: ") and message in err[0], err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"lr_scheduler_type": "cosine_decay"}, "lr_scheduler_type must be one of linear, cosine, "),
+        ({"max_steps": 0}, "max_steps must be a positive integer (or -1: train num_train_epochs epochs), got 0"),
+        ({"num_iterations": 2.5}, "num_iterations must be a positive integer, got 2.5"),
+        ({"scale_rewards": "std"}, "scale_rewards must be one of group, batch, none"),
+    ],
+)
+def test_a_params_section_gets_the_same_checks(values, message):  # noqa: ANN001
+    """What params.yaml's `train` section sets reaches GAPOConfig without argparse's choices: the same one line."""
+    from gapo.train import configs
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        configs({"model": "tiny-random", **values})
+
+
+def _truncated_adapter(root: Path) -> list[str]:
+    """`gapo sample` with an adapter whose weights file was cut short (its header promises more bytes)."""
+    adapter = root / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "base_model_name_or_path": "x"}))
+    header = json.dumps({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    (adapter / "adapter_model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
+    return ["sample", "--model", "tiny-random", "--adapter", str(adapter), "--prompt", "Hi", "-n", "2"]
+
+
+#: Every bad input docs/training.md names (and `--max-steps` 0 and -3: transformers reads max_steps <= 0 as "train
+#: num_train_epochs epochs"), as the `gapo` command a user types: (argv after `gapo`, the message).
+SHELL_CASES = {
+    "temperature 0": (["train", "--temperature", "0"], "temperature must be a finite number > 0"),
+    "negative learning rate": (["train", "--learning-rate", "-1e-4"], "learning_rate must be a finite number > 0"),
+    "save-steps 0": (["train", "--save-steps", "0"], "save_steps must be a positive integer"),
+    "max-steps 0": (["train", "--max-steps", "0"], "max_steps must be a positive integer (or -1"),
+    "max-steps -3": (["train", "--max-steps", "-3"], "max_steps must be a positive integer (or -1"),
+    "LoRA target the model lacks": (["train", "--lora-target-modules", "qkv_proj"], "are not modules of tiny-random"),
+    "output-dir a file": (["train", "--output-dir", "{file}"], "is a file, not a directory"),
+    "unknown model offline": (["train", "--model", "Some/Unknown-Model"], "offline models: embedded, tiny-random"),
+    "truncated adapter": ("{truncated}", "truncated"),
+}
+
+
+@pytest.mark.parametrize("case", SHELL_CASES)
+def test_bad_input_is_one_line_from_the_shell(case, tmp_path):  # noqa: ANN001
+    """The real `gapo` command in its own process: exit 2, one line on stderr, and nothing written."""
+    argv, message = SHELL_CASES[case]
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    if argv == "{truncated}":
+        argv = _truncated_adapter(tmp_path) + ["--out", str(tmp_path / "out" / "samples.jsonl")]
+    elif argv[0] == "train":
+        given = [str(a_file) if a == "{file}" else a for a in argv[1:]]
+        out = [] if "--output-dir" in given else ["--output-dir", str(tmp_path / "out")]
+        argv = ["train", *TINY, *out, *given]
+    gapo = Path(sys.executable).with_name("gapo")  # the console script pip installed beside this Python
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.run([str(gapo), *argv], capture_output=True, text=True, timeout=300, env=env)
+    lines = proc.stderr.splitlines()
+    assert proc.returncode == 2 and proc.stdout == "", (proc.returncode, proc.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("gapo") and message in lines[0], proc.stderr[-2000:]
+    assert not (tmp_path / "out").exists() and a_file.read_text() == ""
 
 
 def test_unknown_params_key_and_section(tmp_path, capsys):  # noqa: ANN001

@@ -4,7 +4,7 @@
   process, although stock TRL splits each group of 4 into halves of 2. Launched three ways: plain torchrun,
   `accelerate launch` with configs/accelerate/ddp.yaml, and with fsdp.yaml (FSDP2, LoRA weights sharded as DTensors;
   on CPU this needs tests/dist/two_process_rewards.py's --route-cpu-to-fsdp, see its docstring).
-- `gapo train` through `accelerate launch -m gapo.cli` with ddp.yaml, the README's command, writes its adapter.
+- `gapo train` through `accelerate launch -m gapo.cli` with ddp.yaml, docs/scaling.md's command, writes its adapter.
 - Each YAML in configs/accelerate goes through accelerate's own loader and launcher code (no GPU needed for that).
 """
 
@@ -40,7 +40,7 @@ def run_two_processes(cmd: list[str], timeout: int = 840) -> subprocess.Complete
 
 
 def accelerate_launch(config: str, *script_and_args: str) -> list[str]:
-    """`accelerate launch --config_file configs/accelerate/<config> --num_processes 2 ...` (what the README runs)."""
+    """`accelerate launch --config_file configs/accelerate/<config> --num_processes 2 ...` (docs/scaling.md)."""
     return [
         sys.executable,
         "-m",
@@ -122,7 +122,7 @@ def test_two_processes_see_whole_groups(tmp_path, launcher):  # noqa: ANN001
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("config", ["ddp.yaml", "fsdp.yaml"])
 def test_gapo_train_under_accelerate_config(tmp_path, config):  # noqa: ANN001
-    """The README's launch command, on CPU: two processes train, one adapter and one metrics row per step."""
+    """docs/scaling.md's launch command, on CPU: two processes train, one adapter and one metrics row per step."""
     out = tmp_path / "run"
     train_args = "--no-params --model tiny-random --max-steps 1 --num-generations 4 --per-device-train-batch-size 2"
     train_args += f" --num-prompts 8 --lora-r 4 --lora-alpha 8 --max-completion-length 6 --output-dir {out}"

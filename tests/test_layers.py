@@ -1,4 +1,4 @@
-"""The layers only point down (README "Layout"): import-linter's contracts in pyproject.toml hold, and no import
+"""The layers only point down (docs/layout.md): import-linter's contracts in pyproject.toml hold, and no import
 circle exists, so `make test` fails on the first import against the layers (one inside a function counts too)."""
 
 from __future__ import annotations

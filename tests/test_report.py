@@ -13,6 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_committed_readme_table_is_what_committed_metrics_render_to() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert report.SUMMARY_BEGIN in readme and report.SUMMARY_END in readme  # so --check covers the summary too
     assert report.main(["--root", str(ROOT), "--check"]) == 0
 
 
@@ -85,6 +87,29 @@ def test_check_fails_when_the_readme_was_edited_by_hand(tmp_path: Path) -> None:
     assert report.main(["--root", str(tmp_path), "--check"]) == 1
     assert report.main(["--root", str(tmp_path)]) == 0
     assert report.main(["--root", str(tmp_path), "--check"]) == 0
+
+
+def test_summary_counts_the_rows_with_a_goal_and_names_the_missed_ones(tmp_path: Path) -> None:
+    good = _metrics({"baseline": 0.4, "gapo": 0.08, "sft": 0.2, "min_p_0_05": 0.41, "min_p_0_1": 0.42}, (0.4, 0.6), 0.3)
+    table = report.results_table(good)
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:] if line]
+    goals = [row for row in rows if len(row) == 5 and row[-2] != "-"]  # the rows that set a goal, as the table shows
+    summary = report.results_summary(good)
+    assert summary.startswith(f"**2 of {len(goals)} goals reached**; not reached: coherence: GSM8K flexible-extract;")
+    assert "; not run: lists: mean JSD from uniform among valid answers;" in summary  # the claim up to " ("
+    assert "lists: mean JSD from uniform on unseen lists" not in summary  # reached: not named
+    assert summary.endswith(".\n") and summary.count("\n") == 1
+    assert summary.count(";") == len(goals) - 2  # every row with a goal but the two reached, named once
+    # main() writes it between its own markers, which are optional; --check then compares it too
+    (tmp_path / "metrics").mkdir()
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{report.SUMMARY_BEGIN}\nold\n{report.SUMMARY_END}\n{report.BEGIN}\n{report.END}\n")
+    assert report.main(["--root", str(tmp_path), "--check"]) == 1
+    assert report.main(["--root", str(tmp_path)]) == 0
+    assert readme.read_text().startswith(f"{report.SUMMARY_BEGIN}\n**0 of 12 goals reached**; not run: lists:")
+    assert report.main(["--root", str(tmp_path), "--check"]) == 0
+    readme.write_text(readme.read_text() + report.SUMMARY_END + "\n")  # a marker twice: one line, exit 2
+    assert report.main(["--root", str(tmp_path), "--check"]) == 2
 
 
 @pytest.mark.parametrize("path", ["uniformity:models/gapo/mean_jsd", "nofile:models/x", "uniformity:models/gapo/flag"])

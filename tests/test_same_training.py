@@ -17,6 +17,7 @@ TINY = ["--no-params", "--model", "tiny-random", "--num-prompts", "4", "--num-ge
 TINY += ["--per-device-train-batch-size", "4", "--max-completion-length", "4", "--lora-r", "4", "--lora-alpha", "8"]
 
 
+@pytest.mark.slow  # about a minute: two short trainings, one in a git worktree
 @pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
 def test_same_training_tells_an_unchanged_run_from_a_changed_one(tmp_path: Path) -> None:
     """HEAD against its own clean tree: the same. A default changed in the working tree (LoRA on other modules): the

@@ -1,4 +1,4 @@
-"""Measure the package's house (README "Layout"): core and harness size, import circles, the layer contracts, each
+"""Measure the package's house (docs/layout.md): core and harness size, import circles, the layer contracts, each
 stage's gapo code deps and the glue's size, so that the numbers in a closing note come from one command.
 
 Why lines and code lines both: `wc -l` is what the size goal counts; code lines (no docstring, comment or blank line)
@@ -58,7 +58,7 @@ def line_counts(source: str) -> tuple[int, int]:
 
 
 def part_of(path: Path) -> str:
-    """'harness' for gapo/repro, 'cli' for gapo/cli.py, else 'core' (README "Layout")."""
+    """'harness' for gapo/repro, 'cli' for gapo/cli.py, else 'core' (docs/layout.md)."""
     rel = path.relative_to(ROOT).as_posix()
     return "harness" if rel.startswith("gapo/repro/") else "cli" if rel == "gapo/cli.py" else "core"
 

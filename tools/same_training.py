@@ -6,7 +6,7 @@ tree, with the same seeded LoRA init, and compare the adapters bit for bit and t
 
 Why: a change to a stage's code dep invalidates dvc.lock, and the embedded pipeline takes two hours to rerun. A change
 that moves code without changing what runs (a refactor) leaves every output as it was; this is the evidence for
-recording the new code with `dvc commit` (README "Layout"), as `tools/house.py --code-changed-since` is for prose-only
+recording the new code with `dvc commit` (docs/layout.md), as `tools/house.py --code-changed-since` is for prose-only
 changes. It checks the training path only: a change to sampling or evaluation code needs its own check, or the rerun.
 
 Each side runs in its own tree (REV in a temporary `git worktree`), so `python -c` imports that tree's gapo and reads
