@@ -261,8 +261,12 @@ def _trim_metrics(path: Path, last_step: int) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dict[str, Any]:
-    """Run GAPO on `dataset` (default: `task_data`'s); returns the summary, also written to output_dir/metrics.json."""
+def train(
+    script: ScriptArguments, args: Any, dataset: Any | None = None, callbacks: list[Any] | None = None
+) -> dict[str, Any]:
+    """Run GAPO on `dataset` (default: `task_data`'s); returns the summary, also written to output_dir/metrics.json.
+    `callbacks` (transformers `TrainerCallback`s) run beside the metrics log: e.g. a diagnostic scoring the policy
+    every few steps (tools/list_transfer.py)."""
     backend = backends.resolve(args.backend)
     backends.check_vllm(args.use_vllm, script.model)
     backends.activate(backend)
@@ -301,7 +305,7 @@ def train(script: ScriptArguments, args: Any, dataset: Any | None = None) -> dic
         train_dataset=dataset,
         processing_class=tokenizer,
         peft_config=peft_config,
-        callbacks=[_metrics_callback(metrics_path)],
+        callbacks=[_metrics_callback(metrics_path), *(callbacks or [])],
     )
     start = time.time()
     trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)

@@ -24,7 +24,10 @@ SHARED_FIXTURE_MODULES = ("test_vllm_engines", "test_evaluate", "test_notebooks"
 
 
 def _cost(item: pytest.Item) -> int:
-    """A coarse rank of a test's wall time: the long ones start first, so that no worker is left with one at the end."""
+    """A coarse rank of a test's wall time: the long ones start first, so that no worker is left with one at the end.
+    A module of `SHARED_FIXTURE_MODULES` runs whole on one worker: the largest units, so they go first of all."""
+    if item.module.__name__ in SHARED_FIXTURE_MODULES:
+        return 4
     if item.get_closest_marker("slow") or item.get_closest_marker("embedded"):
         return 3
     if item.get_closest_marker("vllm"):

@@ -50,3 +50,21 @@ def test_gpu_variant_resolves_to_the_issue_19_h100_recipe() -> None:
     assert (gapo_config.learning_rate, gapo_config.lora_r, gapo_config.lora_alpha) == (2e-4, 64, 32)
     assert set(gapo_config.lora_target_modules) == set(recipe_sweep.ALL_LINEAR)
     assert gapo_config.split_format_reward is False  # the paper's single reward
+
+
+@pytest.mark.parametrize(
+    "name", ["constant_warmup", "iterations_2", "iterations_4", "rslora", "format_weight_0.3", "embedded"]
+)
+def test_lever_variants_resolve_and_the_report_names_every_setting(name: str) -> None:
+    """Issue 34's lever variants pass the checks `gapo train` makes, and the report lists each run's full settings,
+    the learning-rate schedule included, whether the variant changed it or not."""
+    from gapo.repro import profiles
+    from gapo.train import configs
+
+    section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
+    section.update(recipe_sweep.VARIANTS[name][1], max_steps=150, output_dir="unused")
+    configs(section)  # a refused setting raises here
+    (line,) = [x for x in recipe_sweep.settings_lines({name: {"settings": section}}) if x.startswith("- ")]
+    for key in ("lr_scheduler_type", "warmup_steps", "num_iterations", "use_rslora", "reward_weights", "lora_alpha"):
+        assert f"`{key}={section[key]}`" in line
+    assert "output_dir" not in line

@@ -56,6 +56,18 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "g16_2prompts": ("G=16, two prompts a step (same rollouts a step)", {"num_generations": 16}),
     "g8_4prompts": ("G=8, four prompts a step (same rollouts a step)", {"num_generations": 8}),
     "4prompts": ("4 prompts a step, G=16 (half the steps)", {"num_generations": 16, "per_device_train_batch_size": 64}),
+    # issue 34's step-size levers, each on the embedded recipe at the same rollouts (docs/training.md has them all)
+    "constant_warmup": (
+        "a constant learning rate after a 5% linear warmup (not linear decay to 0)",
+        {"lr_scheduler_type": "constant_with_warmup", "warmup_steps": 0.05},
+    ),
+    "iterations_2": ("two optimizer steps per batch of rollouts (num_iterations 2)", {"num_iterations": 2}),
+    "iterations_4": ("four optimizer steps per batch of rollouts (num_iterations 4)", {"num_iterations": 4}),
+    "rslora": ("rsLoRA: the adapter scaled by alpha/sqrt(r) = 8 instead of alpha/r = 2", {"use_rslora": True}),
+    "format_weight_0.3": (
+        "the format reward weighted 0.3 beside the frequency reward's 1",
+        {"reward_weights": [0.3, 1.0]},
+    ),
     # the H100 recipe of issue 19 (8 prompts, lr 2e-4, LoRA on every linear layer) at what 2 cores can afford
     "4prompts_lr2e-4_all_linear": (
         "4 prompts a step, G=16, lr 2e-4, LoRA r16 on every linear layer",
@@ -182,6 +194,7 @@ def write_report(document: dict[str, Any], out: Path) -> None:
             f"{ev.get('mean_first_item_share', float('nan')):.3f} | {ev.get('lists_collapsed', '-')} | "
             f"{run.get('train_seconds', '-')} |"
         )
+    lines += settings_lines(document["runs"])
     curves = {k: v for k, v in document["runs"].items() if len(v.get("curve", [])) > 1}
     if curves:
         lines += [
@@ -199,6 +212,25 @@ def write_report(document: dict[str, Any], out: Path) -> None:
                     f"{point['lists_collapsed']} |"
                 )
     write_text_atomic(out / "recipe_sweep.md", "\n".join(lines) + "\n")
+
+
+#: Run bookkeeping that `train_variant` sets per run, not recipe settings.
+BOOKKEEPING = ("output_dir", "save_steps", "save_total_limit")
+
+
+def settings_lines(runs: dict[str, Any]) -> list[str]:
+    """Every trained variant's full `train` settings as markdown (the scheduler, warmup, iterations, LoRA scale and
+    reward weights included): what a reader needs to rerun a row, not only what it changed."""
+    lines = [
+        "",
+        "Each variant's full `train` settings (gapo.train.configs resolves them; run bookkeeping left out):",
+        "",
+    ]
+    for name, run in runs.items():
+        if "settings" in run:
+            kept = {k: v for k, v in sorted(run["settings"].items()) if k not in BOOKKEEPING}
+            lines.append(f"- {name}: " + ", ".join(f"`{k}={v}`" for k, v in kept.items()))
+    return lines if len(lines) > 3 else []
 
 
 def _curves_figure(runs: dict[str, Any], keys: list[str], path: Path) -> None:

@@ -1,0 +1,47 @@
+"""tools/list_transfer.py (issue 34, item 2): its list sets, and a real run on tiny-random scoring every set."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import list_transfer  # noqa: E402
+
+
+def test_heldin_lists_share_the_training_categories_and_never_a_training_list() -> None:
+    train = list_transfer.training_lists(64, seed=0, categories=None)
+    assert len(train) == 64 and len({frozenset(r["items"]) for r in train}) == 64
+    assert all(len(r["items"]) == 8 for r in train)
+    sets = list_transfer.scored_lists(train, 10, seed=0)
+    heldin = sets["heldin"]
+    assert len(heldin) == 10 and {name.split(":")[1] for name in heldin} <= {r["category"] for r in train}
+    assert not {frozenset(items) for items in heldin.values()} & {frozenset(r["items"]) for r in train}
+    assert list(sets["train"].values()) == [r["items"] for r in train[:10]]
+    assert set(sets["unseen"]) <= set(list_transfer.ep.UNIFORMITY_LISTS)
+    one = list_transfer.training_lists(1, seed=0, categories=["Animals"])
+    assert one[0]["category"] == "Animals"
+    rows = list_transfer.run_dataset(one, 5)
+    assert len(rows) == 5 and all(r["items"] == one[0]["items"] for r in rows)
+
+
+@pytest.mark.timeout(600)
+def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Path) -> None:
+    out = tmp_path / "lt"
+    flags = ["--model", "tiny-random", "--lists", "2", "--steps", "2", "--eval-every", "1", "-n", "4"]
+    flags += ["--score-lists", "2", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8"]
+    flags += ["--set", "lr_scheduler_type=constant", "--out", str(out)]
+    assert list_transfer.main(flags) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(map(int, summary["means"])) == [0, 1, 2]
+    assert summary["settings"]["train"]["lr_scheduler_type"] == "constant"
+    assert summary["visits_per_list"] == 2.0  # 2 steps x 2 prompts / 2 lists
+    curve = (out / "curve.csv").read_text().splitlines()
+    assert curve[0] == "step,set,list,jsd,jsd_valid,invalid,top_share"
+    assert len(curve) == 1 + 3 * 3 * 2  # 3 scorings x 3 sets x 2 lists
+    assert (out / "curve.png").stat().st_size > 0
+    with pytest.raises(SystemExit):
+        list_transfer.main(["--lists", "0", "--out", str(out)])

@@ -1,0 +1,206 @@
+"""Where GAPO's uniformity breaks between one list and many (issue 34, item 2): learning told apart from transfer.
+
+Trains GAPO with the embedded recipe (params.yaml's `train` section as the pipeline resolves it, plus `--set`) on
+`--lists` k distinct training lists of 8 items, for a fixed budget of `--steps`, and every `--eval-every` steps
+(and before the first) scores the live policy, `-n` samples a list, asked as the evaluation asks
+(`gapo.repro.experiments.uniformity`), on three sets of lists:
+
+- ``train``: up to `--score-lists` of the training lists themselves (learning);
+- ``heldin``: as many lists drawn from the same categories, with another seed, that no training row contains
+  (transfer within the training categories);
+- ``unseen``: as many of the paper's unseen lists (`gapo.repro.prompts.UNIFORMITY_LISTS`), of other categories
+  (transfer to new categories: what the pipeline's uniformity stage measures).
+
+The training rows are the pipeline's (`gapo.tasks.lists.list_selection_rows`: its templates, one per row) with 8
+items, repeated in turn to fill the run, so each list is seen about steps x prompts a step / k times. Writes, in
+`--out`: curve.csv (step, set, list, jsd, jsd_valid, invalid, top_share), summary.json (the settings, the training
+lists, and each set's mean at every scored step) and curve.png; prints each scoring's means.
+
+    python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
+    python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
+    python tools/list_transfer.py --model tiny-random --lists 2 --steps 2 --eval-every 1 -n 4 --out /tmp/lt  # a check
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from gapo.io import write_json_atomic, write_text_atomic
+from gapo.repro import profiles
+from gapo.repro import prompts as ep
+from gapo.repro.experiments import uniformity
+from gapo.repro.sampling import Sampler, SamplingParams
+from gapo.repro.sampling.transformers_backend import TransformersBackend
+from gapo.tasks.lists import CATEGORIES, list_selection_rows
+from gapo.train import configs, train
+
+#: The three sets of lists scored, in the order they are reported.
+SETS = ("train", "heldin", "unseen")
+ITEMS = 8
+#: Held-in lists come from another seed than the training rows (and are checked against them).
+HELDIN_SEED_OFFSET = 10_000
+
+
+def training_lists(k: int, seed: int, categories: list[str] | None) -> list[dict[str, Any]]:
+    """k training rows with distinct item sets (8 items each), drawn as the pipeline draws its data."""
+    rows, seen = [], set()
+    for row in list_selection_rows(4 * k + 16, seed, ITEMS, ITEMS, categories):
+        key = frozenset(row["items"])
+        if key not in seen:
+            seen.add(key)
+            rows.append(row)
+        if len(rows) == k:
+            return rows
+    raise ValueError(f"could not draw {k} distinct lists of {ITEMS} items from {categories or 'all categories'}")
+
+
+def heldin_lists(train_rows: list[dict[str, Any]], m: int, seed: int) -> dict[str, list[str]]:
+    """m lists of the training rows' categories that no training row contains (not the same item set)."""
+    categories = sorted({r["category"] for r in train_rows})
+    taken = {frozenset(r["items"]) for r in train_rows}
+    chosen: dict[str, list[str]] = {}
+    for row in list_selection_rows(8 * m + 16, seed + HELDIN_SEED_OFFSET, ITEMS, ITEMS, categories):
+        if frozenset(row["items"]) not in taken and len(chosen) < m:
+            taken.add(frozenset(row["items"]))
+            chosen[f"heldin{len(chosen)}:{row['category']}"] = row["items"]
+    return chosen
+
+
+def scored_lists(train_rows: list[dict[str, Any]], m: int, seed: int) -> dict[str, dict[str, list[str]]]:
+    """The three sets of lists (`SETS`), at most m lists each."""
+    train_sets = {f"train{i}:{r['category']}": r["items"] for i, r in enumerate(train_rows[:m])}
+    unseen = {name: list(items) for name, items in list(ep.UNIFORMITY_LISTS.items())[:m]}
+    return {"train": train_sets, "heldin": heldin_lists(train_rows, m, seed), "unseen": unseen}
+
+
+def run_dataset(train_rows: list[dict[str, Any]], size: int) -> Any:
+    """`size` rows cycling through the training lists: each list as often as the others (within one)."""
+    import datasets
+
+    return datasets.Dataset.from_list([train_rows[i % len(train_rows)] for i in range(max(size, len(train_rows)))])
+
+
+def means(per_list: pd.DataFrame) -> dict[str, float]:
+    """Each set's mean JSD, JSD among valid answers, invalid share and top share at one step."""
+    numeric = per_list.groupby("set")[["jsd", "jsd_valid", "invalid", "top_share"]].mean()
+    return {f"{s}/{k}": round(float(v), 4) for s, row in numeric.iterrows() for k, v in row.items()}
+
+
+def scorer(lists: dict[str, dict[str, list[str]]], n: int, seed: int, max_new_tokens: int, rows: list) -> Any:
+    """A TrainerCallback scoring the live policy on every set at step 0 and every `eval_every` steps."""
+    from transformers import TrainerCallback
+
+    class Score(TrainerCallback):
+        def __init__(self, eval_every: int, tokenizer: Any) -> None:
+            self.eval_every, self.tokenizer = eval_every, tokenizer
+
+        def score(self, model: Any, step: int) -> None:
+            was_training = model.training
+            model.eval()
+            sampler = Sampler(TransformersBackend(model, self.tokenizer), SamplingParams(max_new_tokens=max_new_tokens))
+            started = time.perf_counter()
+            for name in SETS:
+                result = uniformity(sampler, n=n, lists=lists[name], seed=seed, resamples=200)
+                table = result.tables["per_list"][["category", "jsd", "jsd_valid", "invalid", "top_share"]]
+                rows.extend({"step": step, "set": name, **r} for r in table.to_dict("records"))
+            model.train(was_training)
+            current = pd.DataFrame([r for r in rows if r["step"] == step]).rename(columns={"category": "list"})
+            print(f"step {step}: {means(current)} ({time.perf_counter() - started:.0f} s)", flush=True)
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == 0:
+                self.score(model, 0)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
+                self.score(model, state.global_step)
+
+    return Score
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python tools/list_transfer.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--lists", type=int, required=True, help="k, the number of distinct training lists")
+    parser.add_argument("--steps", type=int, default=60, help="the budget: GAPO steps")
+    parser.add_argument("--eval-every", type=int, default=20, help="score the policy every this many steps")
+    parser.add_argument("-n", type=int, default=200, help="samples per scored list")
+    parser.add_argument("--score-lists", type=int, default=4, help="lists scored per set (train, heldin, unseen)")
+    parser.add_argument("--categories", default=None, help=f"comma-separated training categories, of {CATEGORIES}")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--seed", type=int, default=0, help="the training lists' seed and the run's")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a `train` setting (YAML)")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    if min(args.lists, args.steps, args.eval_every, args.score_lists) < 1 or args.n < 2:
+        parser.error("--lists, --steps, --eval-every and --score-lists must be >= 1 and -n >= 2")
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set takes KEY=VALUE, got {item!r}")
+        overrides[key] = yaml.safe_load(value)
+    categories = args.categories.split(",") if args.categories else None
+    out = Path(args.out)
+    section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
+    section.update(overrides, model=args.model, seed=args.seed, max_steps=args.steps, output_dir=str(out / "run"))
+    section.update(save_steps=args.steps, save_total_limit=1)
+    script, config = configs(section)  # every setting checked before anything loads
+    train_rows = training_lists(args.lists, args.seed, categories)
+    lists = scored_lists(train_rows, args.score_lists, args.seed)
+    prompts_a_step = config.per_device_train_batch_size * config.gradient_accumulation_steps // config.num_generations
+    dataset = run_dataset(train_rows, args.steps * prompts_a_step)
+
+    from gapo.models import load_tokenizer
+
+    rows: list[dict[str, Any]] = []
+    max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
+    callback = scorer(lists, args.n, args.seed, max_new_tokens, rows)(args.eval_every, load_tokenizer(args.model))
+    started = time.perf_counter()
+    train(script, config, dataset, callbacks=[callback])
+    curve = pd.DataFrame(rows).rename(columns={"category": "list"})
+    write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
+    summary = {
+        "command": "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "settings": {**vars(args), "train": {k: v for k, v in section.items() if k != "output_dir"}},
+        "visits_per_list": args.steps * prompts_a_step / args.lists,
+        "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
+        "scored_lists": lists,
+        "means": {int(step): means(group) for step, group in curve.groupby("step")},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    write_json_atomic(out / "summary.json", summary, indent=2)
+    figure(curve, out / "curve.png", f"k={args.lists} lists, {args.steps} steps")
+    return 0
+
+
+def figure(curve: pd.DataFrame, path: Path, title: str) -> None:
+    """Mean JSD (solid) and JSD among valid answers (dashed) of each set against the step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    by_step = curve.groupby(["set", "step"])[["jsd", "jsd_valid"]].mean().reset_index()
+    for i, name in enumerate(SETS):
+        part = by_step[by_step["set"] == name]
+        ax.plot(part["step"], part["jsd"], color=f"C{i}", marker="o", label=f"{name}: JSD")
+        ax.plot(part["step"], part["jsd_valid"], color=f"C{i}", linestyle="--", label=f"{name}: JSD among valid")
+    ax.set_xlabel("GAPO step")
+    ax.set_ylabel("mean JSD from uniform")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
