@@ -50,11 +50,12 @@ $(VLLM_STAMP): $(STAMP)
 
 # `make test`: every test but the fresh-clone reproduction (marker `reproduce`), which builds a second .venv and
 # runs the smoke pipeline (~12 minutes on 2 idle cores): CI runs it right after, as `make test-reproduce`. The suite
-# runs on every core (pytest-xdist: one worker a core, the longest tests first, tests that share a costly fixture on
-# one worker: tests/conftest.py); `make test PYTEST_WORKERS=0` runs it in one process.
+# runs on every core (pytest-xdist: one worker a core, each module whole on one worker so that its costly fixtures are
+# built once, the modules with the longest tests first: tests/conftest.py); `make test PYTEST_WORKERS=0` runs it in
+# one process. (--dist loadgroup would balance finer, but pytest-xdist 3.8 does not group tests under pytest 9.2.)
 PYTEST_WORKERS ?= auto
 test: venv
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not reproduce" -n $(PYTEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not reproduce" -n $(PYTEST_WORKERS) --dist loadscope
 
 test-reproduce: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m reproduce

@@ -77,7 +77,7 @@ def check_adapter(adapter: str) -> None:
         raise ModelLoadError(f"adapter {adapter!r} has no adapter_model.safetensors; train it again or copy it whole")
     problem = safetensors_problem(weights)
     if problem:
-        raise ModelLoadError(f"adapter {adapter!r}: adapter_model.safetensors: {problem}; train it or copy it again")
+        raise ModelLoadError(f"adapter {adapter!r}: adapter_model.safetensors is {problem}; train it or copy it again")
 
 
 def resolve_model_path(name: str) -> str:

@@ -12,22 +12,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-#: `make test` runs the suite on every core (pytest-xdist, one worker a core): each worker then computes on one
-#: thread, as two torch threads per worker on 2 cores would have four threads fight over two cores.
+#: `make test` runs the suite on every core (pytest-xdist, one worker a core, `--dist loadscope`: a module's tests on
+#: one worker, so a module- or session-scoped fixture such as a vLLM engine or server is built once): each worker
+#: computes on one thread, as two torch threads per worker on 2 cores would have four threads fight over two cores.
 WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
-#: Modules whose tests share a session- or module-scoped fixture that is costly to build (a vLLM engine or server, an
-#: executed notebook workspace, a sandbox, a benchmark model): under `--dist loadgroup` each runs on one worker, so
-#: the fixture is built once, not once per worker.
-SHARED_FIXTURE_MODULES = ("test_vllm_engines", "test_evaluate", "test_notebooks", "test_benchmarks", "test_sandbox")
-
 
 def _cost(item: pytest.Item) -> int:
-    """A coarse rank of a test's wall time: the long ones start first, so that no worker is left with one at the end.
-    A module of `SHARED_FIXTURE_MODULES` runs whole on one worker: the largest units, so they go first of all."""
-    if item.module.__name__ in SHARED_FIXTURE_MODULES:
-        return 4
+    """A coarse rank of a test's wall time: the long ones start first, so that no worker is left with one at the end."""
     if item.get_closest_marker("slow") or item.get_closest_marker("embedded"):
         return 3
     if item.get_closest_marker("vllm"):
@@ -41,10 +34,8 @@ def pytest_collection_modifyitems(config, items):  # noqa: ANN001, ANN201
     for item in items:
         module = item.module.__name__
         module_cost[module] = max(module_cost.get(module, 0), _cost(item))
-        if module in SHARED_FIXTURE_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module))
-    # Modules with long tests first, each module's tests kept together and in order: a module-scoped fixture is built
-    # once only while its tests run back to back (sorting single tests had two vLLM servers started, one per half).
+    # Modules with long tests first (loadscope hands out whole modules in this order), each module's tests kept
+    # together and in order: a module-scoped fixture lives only while its tests run back to back.
     items.sort(key=lambda item: module_cost[item.module.__name__], reverse=True)
     if torch.cuda.is_available():
         return
