@@ -293,12 +293,13 @@ def test_lora_init_is_seeded_from_args_seed(tiny_gapo_trainer):  # noqa: ANN001
     """TRL wraps the model in LoRA before Trainer seeds: GAPOTrainer seeds first, so one seed gives one adapter init
     (two runs of a recipe start alike) and another seed another; whatever the global RNG held before does not count."""
 
-    def lora_a(seed: int) -> dict[str, torch.Tensor]:
-        torch.manual_seed(1234 + seed * 7)  # a different global RNG state before each build
+    def lora_a(seed: int, global_state: int) -> dict[str, torch.Tensor]:
+        torch.manual_seed(global_state)  # what the process's RNG held before the trainer was built
         trainer = tiny_gapo_trainer(seed=seed)
         return {k: v.detach().clone() for k, v in trainer.model.named_parameters() if "lora_A" in k}
 
-    first, again, other = lora_a(0), lora_a(0), lora_a(1)
+    # the same seed after different global states: the same init; another seed after the same state: another init
+    first, again, other = lora_a(0, global_state=1), lora_a(0, global_state=2), lora_a(1, global_state=1)
     assert first and first.keys() == again.keys() == other.keys()
     assert all(torch.equal(first[k], again[k]) for k in first)
     assert not any(torch.equal(first[k], other[k]) for k in first)
