@@ -31,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from transformers import TrainerCallback
 
 from gapo.io import write_json_atomic, write_text_atomic
 from gapo.repro import profiles
@@ -93,36 +94,36 @@ def means(per_list: pd.DataFrame) -> dict[str, float]:
     return {f"{s}/{k}": round(float(v), 4) for s, row in numeric.iterrows() for k, v in row.items()}
 
 
-def scorer(lists: dict[str, dict[str, list[str]]], n: int, seed: int, max_new_tokens: int, rows: list) -> Any:
-    """A TrainerCallback scoring the live policy on every set at step 0 and every `eval_every` steps."""
-    from transformers import TrainerCallback
+class Score(TrainerCallback):
+    """Scores the live policy on every set of `lists` before the first step and every `eval_every` steps, `n` samples
+    a list, and keeps one row per list and step in `rows`."""
 
-    class Score(TrainerCallback):
-        def __init__(self, eval_every: int, tokenizer: Any) -> None:
-            self.eval_every, self.tokenizer = eval_every, tokenizer
+    def __init__(self, lists: dict, n: int, seed: int, max_new_tokens: int, eval_every: int, tokenizer: Any) -> None:
+        self.lists, self.n, self.seed, self.eval_every = lists, n, seed, eval_every
+        self.params = SamplingParams(max_new_tokens=max_new_tokens)
+        self.tokenizer = tokenizer
+        self.rows: list[dict[str, Any]] = []
 
-        def score(self, model: Any, step: int) -> None:
-            was_training = model.training
-            model.eval()
-            sampler = Sampler(TransformersBackend(model, self.tokenizer), SamplingParams(max_new_tokens=max_new_tokens))
-            started = time.perf_counter()
-            for name in SETS:
-                result = uniformity(sampler, n=n, lists=lists[name], seed=seed, resamples=200)
-                table = result.tables["per_list"][["category", "jsd", "jsd_valid", "invalid", "top_share"]]
-                rows.extend({"step": step, "set": name, **r} for r in table.to_dict("records"))
-            model.train(was_training)
-            current = pd.DataFrame([r for r in rows if r["step"] == step]).rename(columns={"category": "list"})
-            print(f"step {step}: {means(current)} ({time.perf_counter() - started:.0f} s)", flush=True)
+    def score(self, model: Any, step: int) -> None:
+        was_training = model.training
+        model.eval()
+        sampler = Sampler(TransformersBackend(model, self.tokenizer), self.params)
+        started = time.perf_counter()
+        for name in SETS:
+            result = uniformity(sampler, n=self.n, lists=self.lists[name], seed=self.seed, resamples=200)
+            table = result.tables["per_list"][["category", "jsd", "jsd_valid", "invalid", "top_share"]]
+            self.rows.extend({"step": step, "set": name, **r} for r in table.to_dict("records"))
+        model.train(was_training)
+        current = pd.DataFrame([r for r in self.rows if r["step"] == step]).rename(columns={"category": "list"})
+        print(f"step {step}: {means(current)} ({time.perf_counter() - started:.0f} s)", flush=True)
 
-        def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
-            if state.global_step == 0:
-                self.score(model, 0)
+    def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        if state.global_step == 0:
+            self.score(model, 0)
 
-        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
-            if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
-                self.score(model, state.global_step)
-
-    return Score
+    def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
+            self.score(model, state.global_step)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,12 +160,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from gapo.models import load_tokenizer
 
-    rows: list[dict[str, Any]] = []
     max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
-    callback = scorer(lists, args.n, args.seed, max_new_tokens, rows)(args.eval_every, load_tokenizer(args.model))
+    callback = Score(lists, args.n, args.seed, max_new_tokens, args.eval_every, load_tokenizer(args.model))
     started = time.perf_counter()
     train(script, config, dataset, callbacks=[callback])
-    curve = pd.DataFrame(rows).rename(columns={"category": "list"})
+    curve = pd.DataFrame(callback.rows).rename(columns={"category": "list"})
     write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
     summary = {
         "command": "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv),
