@@ -470,8 +470,9 @@ def encode_prompts(
     positions = mask_positions(mask) if mask is not None else None
     # On CPU (torch 2.13) a frozen (PEFT) weight times the strided slice `hidden[:, -1:]` runs, in bfloat16, as a bmm
     # copying the weight per prompt (pytorch/pytorch#151934): 1.1 s for Qwen's 152k-row head, more than the prompts'
-    # forward. An index tensor gives a contiguous slice, the same logits bit for bit. float32 keeps the plain slice:
-    # its logits differ in the last bit, and the evaluation's samples came from them.
+    # forward. An index tensor gives a contiguous slice: the full forward's last-position logits bit for bit (the bmm
+    # may round a few logits one bf16 step apart, as on AMX-BF16 Xeons). float32 keeps the plain slice: its logits
+    # differ in the last bit, and the evaluation's samples came from them.
     keep = 1 if getattr(model, "dtype", torch.float32) == torch.float32 else torch.tensor([width - 1], device=device)
     cache, out = prefill(model, ids, mask, positions, logits_to_keep=keep)
     return EncodedPrompts(cache, ids, mask, out.logits[:, -1, :].float(), lengths)
