@@ -19,6 +19,7 @@ import pytest
 
 from gapo.cli import main
 from gapo.repro import evaluate
+from gapo.repro.prompts import HELDIN_LISTS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,6 +68,22 @@ def test_bad_lists_files_are_one_line(capsys, tmp_path: Path, name: str, text: s
     (tmp_path / name).write_text(text)
     _fails(capsys, ["--model", "tiny-random", "--lists", str(tmp_path / name), "--out", str(tmp_path / "ev")], match)
     assert not (tmp_path / "ev").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "suites"),
+    [
+        (["--suite", "open,lists"], ["open", "lists", "heldin"]),
+        (["--suite", "lists", "--no-heldin"], ["lists"]),
+        (["--suite", "open"], ["open"]),
+        (["--suite", "lists", "--lists", "LISTS"], ["lists"]),  # the user's own lists: no held-in beside them
+    ],
+)
+def test_the_heldin_lists_go_with_the_papers_lists(tmp_path: Path, extra: list[str], suites: list[str]) -> None:
+    lists = tmp_path / "lists.yaml"
+    lists.write_text("mine: [a, b, c]\n")
+    argv = ["--model", "tiny-random", "--out", str(tmp_path / "o"), *[str(lists) if a == "LISTS" else a for a in extra]]
+    assert evaluate.plan(evaluate.build_parser().parse_args(argv)).suites == suites
 
 
 def test_lists_and_questions_files_are_read_as_yaml_or_jsonl(tmp_path: Path) -> None:
@@ -123,18 +140,25 @@ def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, ca
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].split() == ["metric", "tiny-random", same_weights, "difference", "(2nd", "-", "1st)"]
     assert [line.split()[0] for line in printed[2:]] == [
-        f"{suite}/{m.removeprefix('mean_')}" for suite in ("lists", "open") for m in evaluate.HEADLINES[suite]
+        f"{suite}/{m.removeprefix('mean_')}" for suite in ("lists", "heldin", "open") for m in evaluate.HEADLINES[suite]
     ]
     doc = json.loads((out / "eval.json").read_text())
     first, second = doc["models"]["tiny-random"], doc["models"][same_weights]
     for key in ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_top_share", "mean_unique_at_n"):
         assert key in first and first[key] == second[key]
     assert second["mean_jsd_diff"] == 0 and second["mean_unique_at_n_diff"] == 0
+    # the held-in lists apart (issue 34): their own summary and paired differences, never merged into the unseen ones
+    assert first["heldin"]["mean_jsd"] == second["heldin"]["mean_jsd"] and second["heldin"]["mean_jsd_diff"] == 0
+    assert [r["category"] for r in doc["tables"]["heldin"]] == list(HELDIN_LISTS) * 2
+    assert doc["settings"]["suites"] == ["lists", "heldin", "open"] and doc["settings"]["heldin_lists"] == {
+        k: list(v) for k, v in HELDIN_LISTS.items()
+    }
     assert {r["model"] for r in doc["tables"]["lists"]} == {"tiny-random", same_weights}
     assert all("top_share" in r for r in doc["tables"]["lists"]) and doc["tables"]["open_curves"]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     lists, questions = len(doc["tables"]["lists"]) // 2, len(doc["tables"]["open"]) // 2
-    assert len(samples) == 2 * 3 * (lists + questions)
+    assert len(samples) == 2 * 3 * (lists + len(HELDIN_LISTS) + questions)
+    assert {s["suite"] for s in samples} == {"lists", "heldin", "open"}
     assert (out / "eval.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -191,6 +215,7 @@ def test_eval_on_embedded_reports_format_and_distribution_per_list(tmp_path: Pat
     assert 0 <= summary["mean_invalid"] <= 1 and 0 <= summary["mean_jsd"] <= 1
     rows = doc["tables"]["lists"]
     assert len(rows) == 10 and all(0 <= r["top_share"] <= 1 for r in rows)
+    assert len(doc["tables"]["heldin"]) == 10 and 0 <= summary["heldin"]["mean_jsd"] <= 1
 
 
 # --- a real OpenAI-compatible server: vLLM's CPU build ----------------------------------------------------------

@@ -279,6 +279,35 @@ def test_prompt_formats_match_the_training_data():
     assert INVALID not in {x for v in ep.UNIFORMITY_LISTS.values() for x in v}
 
 
+def test_heldin_lists_are_of_the_training_categories_and_in_no_profiles_training_data():
+    """Issue 34: a held-in list is of a training category, unseen as a list: no training row of any profile (the
+    generate stage's data/train.jsonl, which train_gapo and train_sft both read) holds all of its items."""
+    from gapo.repro import profiles
+    from gapo.tasks.lists import CATEGORIES, list_selection_rows
+
+    lists = ep.HELDIN_LISTS
+    assert len(lists) == ep.HELDIN_COUNT == 10 and lists == ep.heldin_lists()  # fixed: the same on every call
+    assert {name.rsplit(" ", 1)[0] for name in lists} == set(CATEGORIES) and not set(lists) & set(ep.UNIFORMITY_LISTS)
+    assert all(len(set(v)) == len(v) == ep.HELDIN_ITEMS and not any("," in x for x in v) for v in lists.values())
+    assert len({frozenset(v) for v in lists.values()}) == len(lists) and INVALID not in {
+        x for v in lists.values() for x in v
+    }
+    held = [frozenset(v) for v in lists.values()]
+
+    def holding(rows: list[dict]) -> list[list[str]]:
+        return [r["items"] for r in rows if any(h <= set(r["items"]) for h in held)]
+
+    assert holding([{"items": ["extra", *lists["Letters 1"]]}])  # the check finds a row that holds one
+    names = profiles.profile_names()
+    assert {"embedded", "paper", "smoke"} <= set(names)
+    for profile in names:
+        data = profiles.stage_params("generate", profile)["data"]
+        rows = list_selection_rows(
+            data["num_prompts"], data["seed"], data["min_items"], data["max_items"], data.get("categories")
+        )
+        assert not holding(rows), f"profile {profile}'s training data holds a held-in list: {holding(rows)}"
+
+
 # --- format and distribution apart, intervals, paired differences (issues 19 and 22) -------------------------------
 
 

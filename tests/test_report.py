@@ -106,7 +106,7 @@ def test_summary_counts_the_rows_with_a_goal_and_names_the_missed_ones(tmp_path:
     readme.write_text(f"{report.SUMMARY_BEGIN}\nold\n{report.SUMMARY_END}\n{report.BEGIN}\n{report.END}\n")
     assert report.main(["--root", str(tmp_path), "--check"]) == 1
     assert report.main(["--root", str(tmp_path)]) == 0
-    assert readme.read_text().startswith(f"{report.SUMMARY_BEGIN}\n**0 of 12 goals reached**; not run: lists:")
+    assert readme.read_text().startswith(f"{report.SUMMARY_BEGIN}\n**0 of 13 goals reached**; not run: lists:")
     assert report.main(["--root", str(tmp_path), "--check"]) == 0
     readme.write_text(readme.read_text() + report.SUMMARY_END + "\n")  # a marker twice: one line, exit 2
     assert report.main(["--root", str(tmp_path), "--check"]) == 2
@@ -143,3 +143,26 @@ def test_format_and_distribution_rows_issue_19() -> None:
     assert _row(report.results_table(metrics), "lists: mean JSD from uniform with `<answer>`")[-1] == "yes"
     del models["gapo"]["mean_jsd_valid"]  # an old run without the key: "not run", as any metric not written
     assert _row(report.results_table(metrics), "lists: mean JSD from uniform among valid")[-1] == "not run"
+
+
+def test_heldin_rows_issue_34() -> None:
+    """The held-in lists' numbers sit nested under each model (models/<name>/heldin/...), with their intervals."""
+    metrics = _metrics({"baseline": 0.4, "gapo": 0.3}, (0.4, 0.6), 0.45)
+    models = metrics["uniformity"]["models"]
+    row = "lists, held-in (GAPO's training categories"
+    assert _row(report.results_table(metrics), row)[-1] == "not run"  # a run before issue 34: no held-in lists
+    models["baseline"]["heldin"] = {"mean_jsd": 0.3, "mean_jsd_valid": 0.12}
+    models["gapo"]["heldin"] = {
+        "mean_jsd": 0.1,
+        "mean_jsd_ci_low": 0.08,
+        "mean_jsd_ci_high": 0.13,
+        "mean_jsd_valid": 0.07,
+    }
+    models["sft"] = {"heldin": {"mean_jsd": 0.2, "mean_jsd_valid": 0.11}}
+    table = report.results_table(metrics)
+    assert _row(table, row)[1] == "0.300 -> **0.100 [0.080, 0.130]** (SFT 0.200)" and _row(table, row)[-1] == "yes"
+    assert _row(table, "lists, held-in: mean JSD from uniform among valid")[1:] == [
+        "0.120 -> **0.070** (SFT 0.110)", "-", "-", "-"
+    ]  # fmt: skip
+    models["gapo"]["heldin"]["mean_jsd"] = 0.101
+    assert _row(report.results_table(metrics), row)[-1] == "**no**"

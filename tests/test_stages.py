@@ -23,7 +23,7 @@ from gapo.metrics import jsd_to_target
 from gapo.repro import plotting, profiles
 from gapo.repro.experiments import target_jsd, valid_unique
 from gapo.repro.paper import PAPER_TABLE1, PAPER_TABLE8
-from gapo.repro.prompts import unseen_target_rows
+from gapo.repro.prompts import HELDIN_LISTS, unseen_target_rows
 from gapo.repro.stages import (
     benchmarks,
     bias,
@@ -219,9 +219,17 @@ def test_open_set_then_uniformity_stage_with_table8(root: Path, trained: dict, t
     raw = json.loads((tmp_path / "raw_uni" / "prefilled" / "baseline.json").read_text())
     prefilled = raw["summary"]
     assert raw["config"]["response_prefix"] == "<answer>"
+    # the held-in lists (issue 34): the training categories' lists, for `heldin_models`, under models/<name>/heldin
+    assert {p.name for p in (tmp_path / "raw_uni" / "heldin").iterdir()} == {f"{m}.json" for m in cfg["heldin_models"]}
     for name, r in uni.results.items():
         extra = {uniformity.prefilled_key(k): v for k, v in prefilled.items()} if name == "baseline" else {}
-        assert uni.metrics["models"][name] == pytest.approx({**r.summary, **extra}, nan_ok=True)  # jsd_valid: NaN
+        metrics = dict(uni.metrics["models"][name])
+        if name in cfg["heldin_models"]:
+            held = json.loads((tmp_path / "raw_uni" / "heldin" / f"{name}.json").read_text())
+            assert list(held["config"]["lists"]) == list(HELDIN_LISTS)[: cfg["heldin_num_lists"]]
+            assert metrics.pop("heldin") == pytest.approx(held["summary"], nan_ok=True)
+        assert "heldin" not in metrics
+        assert metrics == pytest.approx({**r.summary, **extra}, nan_ok=True)  # jsd_valid: NaN
     baseline = uni.metrics["models"]["baseline"]  # format and distribution apart, each with its interval (issue 19)
     for key in ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_top_share", "mean_jsd_prefilled"):
         assert baseline[f"{key}_ci_low"] <= baseline[f"{key}_ci_high"] or math.isnan(baseline[key])
@@ -235,12 +243,40 @@ def test_open_set_then_uniformity_stage_with_table8(root: Path, trained: dict, t
     assert uni.figure["fig4_categories"] == [
         c for c in cfg["fig4_categories"] if c in set(uni.tables["per_list"]["category"])
     ]
-    assert sorted(_written(uni, tmp_path)) == ["distribution", "metrics", "per_list", "table8"]
+    assert uni.metrics["settings"]["heldin_lists"] == cfg["heldin_num_lists"] == 2  # the smoke profile's
+    held_per_list = uni.tables["heldin_per_list"]
+    assert set(held_per_list["model"]) == set(cfg["heldin_models"]) and not set(held_per_list["category"]) & set(
+        uni.tables["per_list"]["category"]
+    )
+    assert uni.figure["heldin_categories"] == list(HELDIN_LISTS)[:2]
+    assert sorted(_written(uni, tmp_path)) == [
+        "distribution", "heldin_distribution", "heldin_per_list", "metrics", "per_list", "table8"
+    ]  # fmt: skip
     fig = plotting.distribution_figure(
         uni.tables["distribution"], uni.tables["per_list"], uni.figure["fig4_categories"], uni.figure["models"],
         uni.labels,
     )  # fmt: skip
     plotting.save(fig, tmp_path / "fig4.png", close=True)
+    fig = plotting.distribution_figure(
+        uni.tables["heldin_distribution"], held_per_list, uni.figure["heldin_categories"], uni.figure["heldin_models"],
+        uni.labels,
+    )  # fmt: skip
+    plotting.save(fig, tmp_path / "fig8_heldin.png", close=True)
+
+
+def test_uniformity_stage_stops_before_sampling_on_bad_heldin_settings(root: Path, tmp_path: Path) -> None:
+    P = _params("uniformity", root)
+    open_set_metrics = tmp_path / "open_set.json"
+    models = {m: {"mean_unique": 1} for m in P["uniformity"]["table8_models"]}
+    open_set_metrics.write_text(json.dumps({"models": models, "settings": {"n": 4}}))
+    for bad, message in (
+        ({"heldin_models": ["baseline", "nope"]}, r"heldin_models \['nope'\] are not in uniformity.models"),
+        ({"heldin_num_lists": 11}, r"heldin_num_lists must be 1..10, got 11"),
+    ):
+        P["uniformity"] = {**_params("uniformity", root)["uniformity"], **bad}
+        with pytest.raises(ValueError, match=message):
+            uniformity.run(P, raw_dir=tmp_path / "raw", open_set_metrics=open_set_metrics)
+        assert not (tmp_path / "raw").exists()
 
 
 def test_uniformity_stage_stops_before_sampling_when_open_set_lacks_a_table8_model(root: Path, tmp_path: Path) -> None:

@@ -8,7 +8,10 @@ Suites (the same experiment functions as the pipeline's stages, `gapo.repro.expe
 
 - ``lists``: the paper's 10 unseen lists (or ``--lists FILE``): invalid share, JSD with the invalid bin, JSD among
   valid answers, coverage and the top item's share, per list and as means, each with a 95% bootstrap interval
-  (`experiments.uniformity`).
+  (`experiments.uniformity`). With the paper's lists it also scores the 10 held-in lists (issue 34; off with
+  ``--no-heldin``): lists of the GAPO *training* categories that no training row contains
+  (`gapo.repro.prompts.HELDIN_LISTS`), reported apart as ``heldin/...``, so that a model that learned its training
+  categories can be told from one that learned nothing.
 - ``open``: the paper's open questions plus lexicon-checked categories (or ``--questions FILE``): Unique@n,
   valid-unique@n and the discovery curve (`experiments.open_set`).
 - ``creativity``: the paper's prompts: embedding distance and 1 - Self-BLEU with intervals (`experiments.creativity`).
@@ -55,13 +58,16 @@ from gapo.repro.sampling.params import SamplingError, one_line
 from gapo.repro.stages.open_set import asked_questions
 
 SUITES = ("lists", "open", "creativity")
+#: Scored with suite ``lists`` on the paper's lists: the held-in lists, under ``heldin`` in eval.json.
+HELDIN = "heldin"
 #: Completion length per suite: room for ``<answer>item</answer>`` and a little preamble; a poem for creativity.
-MAX_NEW_TOKENS = {"lists": 32, "open": 32, "creativity": 256}
+MAX_NEW_TOKENS = {"lists": 32, HELDIN: 32, "open": 32, "creativity": 256}
 #: Open categories with a lexicon asked beside the paper's questions, as the pipeline's open_set stage (params.yaml).
 CHECKED_CATEGORIES = ("country", "chemical element", "color")
 #: The headline metrics printed per suite, in order (each with its interval where the experiment reports one).
 HEADLINES = {
     "lists": ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_coverage", "mean_top_share"),
+    HELDIN: ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_top_share"),
     "open": ("mean_unique_at_n", "mean_valid_unique_at_n", "mean_answer_rate"),
     "creativity": ("mean_embedding_distance", "mean_one_minus_self_bleu"),
 }
@@ -79,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--suite", default=",".join(SUITES), help=f"comma-separated, of: {', '.join(SUITES)}")
     parser.add_argument("-n", type=int, default=100, help="samples per list / question / prompt (at least 2)")
     parser.add_argument("--lists", default=None, help="YAML or JSONL of lists (name, items) instead of the paper's")
+    parser.add_argument(
+        "--heldin",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with suite lists and the paper's lists, also score the held-in lists (training categories, unseen lists)",
+    )
     parser.add_argument("--questions", default=None, help="YAML or JSONL of open questions (name, question)")
     parser.add_argument("--compare", default=None, help="a second model, M2 or M2:ADAPTER, on the same prompts")
     parser.add_argument("--out", required=True, help="output directory (eval.json, eval.png, samples.jsonl)")
@@ -265,6 +277,8 @@ def plan(args: argparse.Namespace) -> Plan:
         if getattr(args, flag) is not None and suite not in suites:
             raise ValueError(f"--{flag} is given but suite {suite!r} is not run (add it to --suite)")
     lists = read_lists(args.lists) if args.lists else None
+    if "lists" in suites and lists is None and args.heldin:
+        suites.insert(suites.index("lists") + 1, HELDIN)
     questions = read_questions(args.questions) if args.questions else None
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -309,6 +323,14 @@ def run_suites(sampler: Any, plan: Plan, args: argparse.Namespace) -> dict[str, 
                 seed=args.seed,
                 resamples=args.resamples,
             )
+        elif suite == HELDIN:
+            results[suite] = experiments.uniformity(
+                sampler.with_params(max_new_tokens=tokens(suite)),
+                n=args.n,
+                lists=ep.HELDIN_LISTS,
+                seed=args.seed,
+                resamples=args.resamples,
+            )
         elif suite == "open":
             results[suite] = experiments.open_set(
                 sampler.with_params(max_new_tokens=tokens(suite)),
@@ -346,14 +368,19 @@ def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argpars
     ``settings`` and ``tables`` (per list, per question, the discovery curves, per creative prompt)."""
 
     keys = list(results)
-    models = {key: {k: v for suite in results[key].values() for k, v in suite.summary.items()} for key in keys}
+    models: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        models[key] = {k: v for suite, r in results[key].items() if suite != HELDIN for k, v in r.summary.items()}
+        if HELDIN in results[key]:
+            models[key][HELDIN] = dict(results[key][HELDIN].summary)
     if len(keys) == 2:
         for suite in plan.suites:
             diff = compare(results[keys[0]][suite], results[keys[1]][suite], args.resamples, args.seed)
-            models[keys[1]].update(diff)
+            (models[keys[1]][HELDIN] if suite == HELDIN else models[keys[1]]).update(diff)
     tables: dict[str, Any] = {}
     for suite, name, table in (
         ("lists", "lists", "per_list"),
+        (HELDIN, HELDIN, "per_list"),
         ("open", "open", "per_prompt"),
         ("open", "open_curves", "curves"),
         ("creativity", "creativity", "per_prompt"),
@@ -371,6 +398,7 @@ def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argpars
         "top_p": args.top_p,
         "min_p": args.min_p,
         "max_new_tokens": {s: args.max_new_tokens or MAX_NEW_TOKENS[s] for s in plan.suites},
+        "heldin_lists": {k: list(v) for k, v in ep.HELDIN_LISTS.items()} if HELDIN in plan.suites else None,
         "bootstrap": {"resamples": args.resamples, "level": 0.95},
         "encoder": args.encoder if "creativity" in plan.suites else None,
         "models": [{"key": m.key, "model": m.model, "adapter": m.adapter} for m in plan.models],
@@ -395,10 +423,11 @@ def table(doc: Mapping[str, Any]) -> str:
     keys = list(doc["models"])
     rows = [["metric", *keys, *(["difference (2nd - 1st)"] if len(keys) == 2 else [])]]
     for suite in doc["settings"]["suites"]:
+        summaries = [doc["models"][k].get(HELDIN, {}) if suite == HELDIN else doc["models"][k] for k in keys]
         for metric in HEADLINES[suite]:
-            row = [f"{suite}/{metric.removeprefix('mean_')}", *(_cell(doc["models"][k], metric) for k in keys)]
+            row = [f"{suite}/{metric.removeprefix('mean_')}", *(_cell(summary, metric) for summary in summaries)]
             if len(keys) == 2:
-                row.append(_cell(doc["models"][keys[1]], f"{metric}_diff"))
+                row.append(_cell(summaries[1], f"{metric}_diff"))
             rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows]

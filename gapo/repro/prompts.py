@@ -22,6 +22,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from gapo.tasks.lists import CATEGORIES, list_selection_rows
 from gapo.tasks.open_ended import OPEN_SET_FORMAT as OPEN_SET_FORMAT  # re-exported: the evaluation's open prompts
 from gapo.tasks.open_ended import open_prompt as open_prompt  # are the training ones
 from gapo.tasks.targets import target_row
@@ -70,6 +71,28 @@ UNIFORMITY_LISTS: dict[str, tuple[str, ...]] = {
     "sports": ("Soccer", "Basketball", "Tennis", "Cricket", "Baseball", "Golf", "Swimming", "Rugby"),
     "movies": ("The Godfather", "Titanic", "Inception", "Casablanca", "Jaws", "Avatar", "The Matrix", "Star Wars"),
 }
+
+#: Held-in lists (issue 34): lists of the *training* categories (`gapo.tasks.lists.CATEGORIES`), drawn as the training
+#: data draws its lists but with a seed of their own, that no training row of any profile contains (tests/
+#: test_experiments.py checks every profile's data). Scored beside the unseen lists, they tell a model that learned to
+#: sample its training categories uniformly from one that also carries that to new categories.
+HELDIN_SEED = 3400
+HELDIN_ITEMS = 8
+HELDIN_COUNT = 10
+
+
+def heldin_lists(count: int = HELDIN_COUNT, seed: int = HELDIN_SEED) -> dict[str, tuple[str, ...]]:
+    """`count` lists of `HELDIN_ITEMS` items, the training categories in turn ("Animals 1", "Countries 1", ...,
+    "Animals 2"), list i drawn by `list_selection_rows` with seed `seed + i`: the same lists on every machine."""
+    lists = {}
+    for i in range(count):
+        category = CATEGORIES[i % len(CATEGORIES)]
+        row = list_selection_rows(1, seed + i, HELDIN_ITEMS, HELDIN_ITEMS, [category])[0]
+        lists[f"{category} {i // len(CATEGORIES) + 1}"] = tuple(row["items"])
+    return lists
+
+
+HELDIN_LISTS: dict[str, tuple[str, ...]] = heldin_lists()
 
 #: The selection instruction for 6.1 (the paper issues "identical selection prompts"; this wording is variant 1).
 UNIFORMITY_INSTRUCTION = "Please select one of the items: {items}."

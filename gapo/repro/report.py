@@ -124,6 +124,10 @@ def _inside_base_interval(benchmark: str, metric: str) -> Callable[[Metrics], bo
     return verdict
 
 
+def _at_most_value(path: str, limit: float) -> Callable[[Metrics], bool | None]:
+    return lambda m: None if (v := value(m, path)) is None or math.isnan(v) else v <= limit
+
+
 def _below(path: str, limit: float) -> Callable[[Metrics], bool | None]:
     return lambda m: None if (v := value(m, path)) is None or math.isnan(v) else v < limit
 
@@ -169,6 +173,24 @@ CLAIMS: tuple[Claim, ...] = (
         "<= 0.5x base",
         _at_most(f"{UNI}/gapo/mean_jsd_valid", f"{UNI}/baseline/mean_jsd_valid", 0.5),
         others=(("SFT", f"{UNI}/sft/mean_jsd_valid"),),
+    ),
+    Claim(
+        "lists, held-in (GAPO's training categories, lists no training row holds): mean JSD from uniform",
+        f"{UNI}/baseline/heldin/mean_jsd",
+        f"{UNI}/gapo/heldin/mean_jsd",
+        "-",
+        "<= 0.10",
+        _at_most_value(f"{UNI}/gapo/heldin/mean_jsd", 0.10),
+        others=(("SFT", f"{UNI}/sft/heldin/mean_jsd"),),
+    ),
+    Claim(
+        "lists, held-in: mean JSD from uniform among valid answers",
+        f"{UNI}/baseline/heldin/mean_jsd_valid",
+        f"{UNI}/gapo/heldin/mean_jsd_valid",
+        "-",
+        "-",
+        lambda m: None,
+        others=(("SFT", f"{UNI}/sft/heldin/mean_jsd_valid"),),
     ),
     Claim(
         "lists: mean JSD from uniform with `<answer>` pre-filled",

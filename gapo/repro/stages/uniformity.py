@@ -14,6 +14,12 @@ Format and distribution apart (issue 19): every model's summary has ``mean_inval
 the invalid bin is part of its distribution), ``mean_jsd_valid`` and ``mean_top_share`` (the valid answers'
 distribution), each with its 95% interval; ``per_list`` (results/uniformity_per_list.csv) has them per list, with
 ``top_share`` and ``num_items`` for the no-collapse check (top share at most 2/L + 0.05).
+
+Learning told apart from transfer (issue 34): the `heldin_models` are also sampled on `heldin_num_lists` of
+`gapo.repro.prompts.HELDIN_LISTS`, lists of the *training* categories that no training row contains, with the same
+n and seed. Their summaries go under ``heldin`` (``models/<name>/heldin/mean_jsd_valid``, with intervals), their
+tables to results/uniformity_heldin_*.csv: the unseen lists' numbers alone cannot tell a model that learned nothing
+from one that learned its training categories and did not carry that to new ones.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 
 import pandas as pd
 
+from gapo.repro import prompts as ep
 from gapo.repro.experiments import uniformity
 from gapo.repro.paper import PAPER_TABLE8
 from gapo.repro.samplers import Samplers, evaluate_models
@@ -35,6 +42,8 @@ FILES = {
     "per_list": "results/uniformity_per_list.csv",
     "table8": "figures/table8_baselines.csv",
     "metrics": "metrics/uniformity.json",
+    "heldin_distribution": "results/uniformity_heldin_distribution.csv",
+    "heldin_per_list": "results/uniformity_heldin_per_list.csv",
 }
 
 #: The sample sizes behind the paper's Table 8 rows: samples per list (JSD) and per open question (Unique@500).
@@ -100,6 +109,36 @@ def prefilled(P: Mapping[str, Any], raw_dir: str | Path | None) -> dict[str, dic
     return {name: r.summary for name, r in results.items()}
 
 
+def heldin_names(cfg: Mapping[str, Any]) -> list[str]:
+    """`heldin_models`, checked before any sampling: each must be one of `models`, and `heldin_num_lists` in range."""
+    names = list(cfg.get("heldin_models") or [])
+    unknown = [m for m in names if m not in cfg["models"]]
+    if unknown:
+        raise ValueError(f"uniformity.heldin_models {unknown} are not in uniformity.models {list(cfg['models'])}")
+    count = cfg.get("heldin_num_lists", len(ep.HELDIN_LISTS))
+    if names and not 1 <= count <= len(ep.HELDIN_LISTS):
+        raise ValueError(f"uniformity.heldin_num_lists must be 1..{len(ep.HELDIN_LISTS)}, got {count}")
+    return names
+
+
+def heldin(P: Mapping[str, Any], raw_dir: str | Path | None) -> dict[str, Any]:
+    """The `heldin_models`' uniformity results on the held-in lists ({} when none are named)."""
+    cfg = P["uniformity"]
+    names = heldin_names(cfg)
+    if not names:
+        return {}
+    samplers = Samplers(names, P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"])
+    count = cfg.get("heldin_num_lists", len(ep.HELDIN_LISTS))
+    return evaluate_models(
+        samplers,
+        lambda sampler, out: uniformity(
+            sampler, n=cfg["n"], lists=ep.HELDIN_LISTS, num_lists=count, seed=cfg["seed"], out=out
+        ),
+        Path(raw_dir) / "heldin" if raw_dir is not None else None,
+        lambda name, r: f"{name}, held-in lists: mean JSD from uniform = {r.summary['mean_jsd']:.3f}",
+    )
+
+
 def prefilled_key(key: str) -> str:
     """``mean_jsd`` -> ``mean_jsd_prefilled``; an interval bound stays last (``mean_jsd_prefilled_ci_low``), so the
     README finds the interval of the pre-filled metric as of any other."""
@@ -122,6 +161,7 @@ def run(
     """
     cfg = P["uniformity"]
     open_set_doc = read_open_set(open_set_metrics, cfg["table8_models"])
+    heldin_names(cfg)  # a bad setting is one line before any sampling
     samplers = Samplers(
         cfg["models"], P["models"], P["sampling"], seed=cfg["seed"], max_new_tokens=cfg["max_new_tokens"]
     )
@@ -138,13 +178,25 @@ def run(
     summaries = {name: dict(r.summary) for name, r in results.items()}
     for name, summary in prefilled(P, raw_dir).items():
         summaries[name].update({prefilled_key(key): v for key, v in summary.items()})
+    held = heldin(P, raw_dir)
+    for name, result in held.items():
+        summaries[name]["heldin"] = dict(result.summary)
     metrics = {
         "models": summaries,
         "profile": P["profile"],
         "settings": {"n": cfg["n"], "lists": int(per_list["category"].nunique())},
     }
+    tables = {"distribution": distribution, "per_list": per_list}
+    if held:
+        metrics["settings"]["heldin_lists"] = len(next(iter(held.values())).config["lists"])
+        tables["heldin_distribution"] = stack(held, "distribution", model_first=False)
+        tables["heldin_per_list"] = stack(held, "per_list", model_first=False)
     table = table8(summaries, open_set_doc, cfg["table8_models"], labels, f"this run ({P['profile']})", cfg["n"])
     fig4, others = split_categories(per_list, cfg["fig4_categories"])
     figure = {"fig4_categories": fig4, "other_categories": others, "models": list(cfg["figure_models"])}
-    tables = {"distribution": distribution, "per_list": per_list, "table8": table}
-    return StageResult(tables, metrics, names, labels, results, figure, files=FILES)
+    if held:
+        figure["heldin_categories"] = list(dict.fromkeys(tables["heldin_per_list"]["category"]))
+        figure["heldin_models"] = [m for m in cfg["figure_models"] if m in held] or list(held)
+    tables["table8"] = table
+    files = {k: v for k, v in FILES.items() if not k.startswith("heldin_") or k in tables}
+    return StageResult(tables, metrics, names, labels, results, figure, files=files)
