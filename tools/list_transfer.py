@@ -39,7 +39,7 @@ from gapo.repro import prompts as ep
 from gapo.repro.experiments import uniformity
 from gapo.repro.sampling import Sampler, SamplingParams
 from gapo.repro.sampling.transformers_backend import TransformersBackend
-from gapo.tasks.lists import CATEGORIES, list_selection_rows
+from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES, list_selection_rows
 from gapo.train import configs, train
 
 #: The three sets of lists scored, in the order they are reported.
@@ -62,9 +62,13 @@ def training_lists(k: int, seed: int, categories: list[str] | None) -> list[dict
     raise ValueError(f"could not draw {k} distinct lists of {ITEMS} items from {categories or 'all categories'}")
 
 
-def heldin_lists(train_rows: list[dict[str, Any]], m: int, seed: int) -> dict[str, list[str]]:
-    """m lists of the training rows' categories that no training row contains (not the same item set)."""
-    categories = sorted({r["category"] for r in train_rows})
+def heldin_lists(
+    train_rows: list[dict[str, Any]], m: int, seed: int, categories: list[str] | None = None
+) -> dict[str, list[str]]:
+    """m lists of `categories` (default: the training rows') that no training row contains (not the same item set).
+    The same categories and seed give the same lists whatever else was trained on (barring a clash with a training
+    row), so runs of one seed that train on different categories are scored on the same held-in lists."""
+    categories = sorted(categories or {r["category"] for r in train_rows})
     taken = {frozenset(r["items"]) for r in train_rows}
     chosen: dict[str, list[str]] = {}
     for row in list_selection_rows(8 * m + 16, seed + HELDIN_SEED_OFFSET, ITEMS, ITEMS, categories):
@@ -74,11 +78,13 @@ def heldin_lists(train_rows: list[dict[str, Any]], m: int, seed: int) -> dict[st
     return chosen
 
 
-def scored_lists(train_rows: list[dict[str, Any]], m: int, seed: int) -> dict[str, dict[str, list[str]]]:
+def scored_lists(
+    train_rows: list[dict[str, Any]], m: int, seed: int, heldin_categories: list[str] | None = None
+) -> dict[str, dict[str, list[str]]]:
     """The three sets of lists (`SETS`), at most m lists each."""
     train_sets = {f"train{i}:{r['category']}": r["items"] for i, r in enumerate(train_rows[:m])}
     unseen = {name: list(items) for name, items in list(ep.UNIFORMITY_LISTS.items())[:m]}
-    return {"train": train_sets, "heldin": heldin_lists(train_rows, m, seed), "unseen": unseen}
+    return {"train": train_sets, "heldin": heldin_lists(train_rows, m, seed, heldin_categories), "unseen": unseen}
 
 
 def run_dataset(train_rows: list[dict[str, Any]], size: int) -> Any:
@@ -133,7 +139,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=20, help="score the policy every this many steps")
     parser.add_argument("-n", type=int, default=200, help="samples per scored list")
     parser.add_argument("--score-lists", type=int, default=4, help="lists scored per set (train, heldin, unseen)")
-    parser.add_argument("--categories", default=None, help=f"comma-separated training categories, of {CATEGORIES}")
+    parser.add_argument(
+        "--categories",
+        default=None,
+        help=f"comma-separated training categories, of {CATEGORIES + EXTRA_CATEGORIES} (default: the paper's 8)",
+    )
+    parser.add_argument(
+        "--heldin-categories",
+        default=None,
+        help="comma-separated categories of the held-in lists (default: the training lists'); the paper's 8 compare "
+        "a run on more categories with one on those 8",
+    )
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--seed", type=int, default=0, help="the training lists' seed and the run's")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a `train` setting (YAML)")
@@ -154,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     section.update(save_steps=args.steps, save_total_limit=1)
     script, config = configs(section)  # every setting checked before anything loads
     train_rows = training_lists(args.lists, args.seed, categories)
-    lists = scored_lists(train_rows, args.score_lists, args.seed)
+    heldin_categories = args.heldin_categories.split(",") if args.heldin_categories else None
+    lists = scored_lists(train_rows, args.score_lists, args.seed, heldin_categories)
     prompts_a_step = config.per_device_train_batch_size * config.gradient_accumulation_steps // config.num_generations
     dataset = run_dataset(train_rows, args.steps * prompts_a_step)
 

