@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -82,6 +83,19 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     with atomic_open(path, "w", newline="") as f:
         f.write(text)
     return Path(path)
+
+
+def update_or_check(path: str | Path, current: str, updated: str, check: bool, stale: str) -> int:
+    """A generated file's `--check` / rewrite step: with `check`, 1 and the one line `stale` on stderr when `updated`
+    differs from `current` (the file's text), else 0; without it, write `updated` (atomically, only when it
+    changed) and return 0. One home for the generators that tests keep in step with their sources."""
+    if updated == current:
+        return 0
+    if check:
+        print(stale, file=sys.stderr)
+        return 1
+    write_text_atomic(path, updated)
+    return 0
 
 
 def json_ready(value: Any) -> Any:

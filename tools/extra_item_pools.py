@@ -20,10 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-from gapo.io import write_text_atomic
+from gapo.io import update_or_check
 from gapo.repro.prompts import UNIFORMITY_LISTS
 from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES
 
@@ -72,18 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare only; exit 1 on a difference")
     args = parser.parse_args(argv)
     text = POOLS_FILE.read_text(encoding="utf-8")
-    updated = merged(text, derive())
-    if args.check:
-        if updated != text:
-            print(
-                f"{POOLS_FILE}: the extra pools differ from the packages'; run tools/extra_item_pools.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if updated != text:
-        write_text_atomic(POOLS_FILE, updated)
-    return 0
+    stale = f"{POOLS_FILE}: the extra pools differ from the packages'; run tools/extra_item_pools.py"
+    return update_or_check(POOLS_FILE, text, merged(text, derive()), args.check, stale)
 
 
 if __name__ == "__main__":

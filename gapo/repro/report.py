@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readme", type=Path, default=None, help="README to update (default: <root>/README.md)")
     parser.add_argument("--check", action="store_true", help="only compare the README's table and summary")
     args = parser.parse_args(argv)
-    from gapo.io import write_text_atomic
+    from gapo.io import update_or_check, write_text_atomic
     from gapo.repro.profiles import NOTEBOOKS
 
     metrics_dir = args.root / "metrics"
@@ -390,17 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"gapo report: error: {err}", file=sys.stderr)
         return 2
-    if args.check:
-        if updated != text:
-            print(
-                f"{readme}: the results table differs from {metrics_dir}; run: python -m gapo.repro.report",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    if updated != text:
-        write_text_atomic(readme, updated)
-    return 0
+    stale = f"{readme}: the results table differs from {metrics_dir}; run: python -m gapo.repro.report"
+    return update_or_check(readme, text, updated, args.check, stale)
 
 
 if __name__ == "__main__":
