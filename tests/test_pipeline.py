@@ -34,6 +34,7 @@ REQUIRED_FIGURES = {
     "figures/fig6_tsne_haiku.png",
     "figures/fig7_creativity_coherence.png",
     "figures/fig8_uniformity_all.png",
+    "figures/fig8_uniformity_heldin.png",  # issue 34: held-in lists beside Figure 8
     "figures/fig9_open_set_all.png",
     "figures/open_ended.png",
     "figures/targets.png",
