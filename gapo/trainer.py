@@ -205,6 +205,11 @@ def config_problem(args: GAPOConfig) -> str | None:
         or not all(isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) for w in weights)
     ):
         return f"reward_weights must be a list of finite numbers, one per reward function, got {weights!r}"
+    for name in ("temperature", "learning_rate", "lora_dropout", "beta"):
+        value = getattr(args, name)
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            hint = " (YAML reads 2e-4 as text: write 2.0e-4)" if isinstance(value, str) else ""
+            return f"{name} must be a number, got {value!r}{hint}"
     if not args.temperature > 0 or args.temperature == float("inf"):
         return f"temperature must be a finite number > 0 (GRPO samples its groups), got {args.temperature}"
     if not args.learning_rate > 0 or args.learning_rate == float("inf"):

@@ -85,6 +85,9 @@ def test_recipe_levers_are_checked_before_loading(flags, message, tmp_path, caps
         ({"max_steps": 0}, "max_steps must be a positive integer (or -1: train num_train_epochs epochs), got 0"),
         ({"num_iterations": 2.5}, "num_iterations must be a positive integer, got 2.5"),
         ({"scale_rewards": "std"}, "scale_rewards must be one of group, batch, none"),
+        # PyYAML reads `2e-4` (no dot) as a string: one line naming the fix, not a TypeError in a comparison
+        ({"learning_rate": "2e-4"}, "learning_rate must be a number, got '2e-4' (YAML reads 2e-4 as text: write 2.0e"),
+        ({"beta": None}, "beta must be a number, got None"),
     ],
 )
 def test_a_params_section_gets_the_same_checks(values, message):  # noqa: ANN001

@@ -50,3 +50,20 @@ def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Pa
     assert (out / "curve.png").stat().st_size > 0
     with pytest.raises(SystemExit):
         list_transfer.main(["--lists", "0", "--out", str(out)])
+    with pytest.raises(SystemExit):
+        list_transfer.main(["--lists", "2", "--time-limit", "0", "--out", str(out)])
+
+
+@pytest.mark.timeout(600)
+def test_a_time_limit_ends_training_early_and_scores_the_last_step(tmp_path: Path) -> None:
+    """On a lent GPU the budget is the clock: past --time-limit, the step that ended is scored and the run stops."""
+    out = tmp_path / "lt"
+    flags = ["--model", "tiny-random", "--lists", "2", "--steps", "50", "--eval-every", "25", "-n", "4"]
+    flags += ["--score-lists", "1", "--set", "num_generations=4", "--set", "per_device_train_batch_size=4"]
+    flags += ["--time-limit", "0.001", "--out", str(out)]
+    assert list_transfer.main(flags) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped_by_time_limit"] and summary["steps_run"] == 1
+    assert sorted(map(int, summary["means"])) == [0, 1]  # the start and the step it stopped at
+    assert summary["visits_per_list"] == 0.5  # 1 step x 1 prompt / 2 lists
+    assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3

@@ -14,10 +14,16 @@ Trains GAPO with the embedded recipe (params.yaml's `train` section as the pipel
 The training rows are the pipeline's (`gapo.tasks.lists.list_selection_rows`: its templates, one per row) with 8
 items, repeated in turn to fill the run, so each list is seen about steps x prompts a step / k times. Writes, in
 `--out`: curve.csv (step, set, list, jsd, jsd_valid, invalid, top_share), summary.json (the settings, the training
-lists, and each set's mean at every scored step) and curve.png; prints each scoring's means.
+lists, and each set's mean at every scored step) and curve.png; prints each scoring's means. curve.csv is rewritten
+after every scoring, so a run killed at a device's call limit keeps its curve so far.
+
+`--time-limit SECONDS` ends training at the first step that ends past that many seconds of training (scoring
+included), scores that step, and writes everything: on a lent GPU with minutes of device time, the budget is the
+clock, not the steps (`--steps` then only sizes the dataset and the schedule; `summary.json` says where it stopped).
 
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
+    python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
     python tools/list_transfer.py --model tiny-random --lists 2 --steps 2 --eval-every 1 -n 4 --out /tmp/lt  # a check
 """
 
@@ -102,13 +108,31 @@ def means(per_list: pd.DataFrame) -> dict[str, float]:
 
 class Score(TrainerCallback):
     """Scores the live policy on every set of `lists` before the first step and every `eval_every` steps, `n` samples
-    a list, and keeps one row per list and step in `rows`."""
+    a list, keeps one row per list and step in `rows` and rewrites `curve_path` (when given) after each scoring.
+    With `time_limit` (seconds from the start of training), stops training at the first step that ends past it,
+    after scoring that step; `stopped_at` is then that step."""
 
-    def __init__(self, lists: dict, n: int, seed: int, max_new_tokens: int, eval_every: int, tokenizer: Any) -> None:
+    def __init__(
+        self,
+        lists: dict,
+        n: int,
+        seed: int,
+        max_new_tokens: int,
+        eval_every: int,
+        tokenizer: Any,
+        curve_path: Path | None = None,
+        time_limit: float | None = None,
+    ) -> None:
         self.lists, self.n, self.seed, self.eval_every = lists, n, seed, eval_every
         self.params = SamplingParams(max_new_tokens=max_new_tokens)
         self.tokenizer = tokenizer
+        self.curve_path, self.time_limit = curve_path, time_limit
         self.rows: list[dict[str, Any]] = []
+        self.started = time.perf_counter()
+        self.stopped_at: int | None = None
+
+    def curve(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows).rename(columns={"category": "list"})
 
     def score(self, model: Any, step: int) -> None:
         was_training = model.training
@@ -120,16 +144,24 @@ class Score(TrainerCallback):
             table = result.tables["per_list"][["category", "jsd", "jsd_valid", "invalid", "top_share"]]
             self.rows.extend({"step": step, "set": name, **r} for r in table.to_dict("records"))
         model.train(was_training)
+        if self.curve_path is not None:
+            write_text_atomic(self.curve_path, self.curve().to_csv(index=False))
         current = pd.DataFrame([r for r in self.rows if r["step"] == step]).rename(columns={"category": "list"})
         print(f"step {step}: {means(current)} ({time.perf_counter() - started:.0f} s)", flush=True)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        self.started = time.perf_counter()
         if state.global_step == 0:
             self.score(model, 0)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
-        if state.global_step % self.eval_every == 0 or state.global_step == state.max_steps:
-            self.score(model, state.global_step)
+        step = state.global_step
+        out_of_time = self.time_limit is not None and time.perf_counter() - self.started > self.time_limit
+        if step % self.eval_every == 0 or step == state.max_steps or out_of_time:
+            self.score(model, step)
+        if out_of_time and step < state.max_steps:
+            self.stopped_at = step
+            control.should_training_stop = True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,11 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--seed", type=int, default=0, help="the training lists' seed and the run's")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="end training at the first step that ends past this many seconds (scoring it first)",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a `train` setting (YAML)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     if min(args.lists, args.steps, args.eval_every, args.score_lists) < 1 or args.n < 2:
         parser.error("--lists, --steps, --eval-every and --score-lists must be >= 1 and -n >= 2")
+    if args.time_limit is not None and args.time_limit <= 0:
+        parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit}")
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -178,22 +219,27 @@ def main(argv: list[str] | None = None) -> int:
     from gapo.models import load_tokenizer
 
     max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
-    callback = Score(lists, args.n, args.seed, max_new_tokens, args.eval_every, load_tokenizer(args.model))
+    tokenizer = load_tokenizer(args.model)
+    callback = Score(
+        lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, out / "curve.csv", args.time_limit
+    )
     started = time.perf_counter()
     train(script, config, dataset, callbacks=[callback])
-    curve = pd.DataFrame(callback.rows).rename(columns={"category": "list"})
+    curve = callback.curve()
     write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
     summary = {
         "command": "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "settings": {**vars(args), "train": {k: v for k, v in section.items() if k != "output_dir"}},
-        "visits_per_list": args.steps * prompts_a_step / args.lists,
+        "steps_run": callback.stopped_at or args.steps,
+        "stopped_by_time_limit": callback.stopped_at is not None,
+        "visits_per_list": (callback.stopped_at or args.steps) * prompts_a_step / args.lists,
         "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
         "scored_lists": lists,
         "means": {int(step): means(group) for step, group in curve.groupby("step")},
         "seconds": round(time.perf_counter() - started, 1),
     }
     write_json_atomic(out / "summary.json", summary, indent=2)
-    figure(curve, out / "curve.png", f"k={args.lists} lists, {args.steps} steps")
+    figure(curve, out / "curve.png", f"k={args.lists} lists, {callback.stopped_at or args.steps} steps")
     return 0
 
 
