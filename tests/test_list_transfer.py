@@ -63,7 +63,29 @@ def test_a_time_limit_ends_training_early_and_scores_the_last_step(tmp_path: Pat
     flags += ["--time-limit", "0.001", "--out", str(out)]
     assert list_transfer.main(flags) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["stopped_by_time_limit"] and summary["steps_run"] == 1
+    assert summary["finished"] and summary["stopped_by_time_limit"] and summary["steps_run"] == 1
     assert sorted(map(int, summary["means"])) == [0, 1]  # the start and the step it stopped at
     assert summary["visits_per_list"] == 0.5  # 1 step x 1 prompt / 2 lists
+    assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3
+
+
+@pytest.mark.timeout(600)
+def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run killed mid-training (a device call's limit) keeps curve.csv and summary.json as of its last scoring."""
+    from transformers import TrainerCallback
+
+    class Cut(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == 1:
+                raise KeyboardInterrupt  # after Score has scored step 1
+
+    real_train = list_transfer.train
+    monkeypatch.setattr(list_transfer, "train", lambda *a, callbacks: real_train(*a, callbacks=[*callbacks, Cut()]))
+    out = tmp_path / "lt"
+    flags = ["--model", "tiny-random", "--lists", "2", "--steps", "3", "--eval-every", "1", "-n", "4"]
+    flags += ["--score-lists", "1", "--set", "num_generations=4", "--set", "per_device_train_batch_size=4"]
+    with pytest.raises(KeyboardInterrupt):
+        list_transfer.main([*flags, "--out", str(out)])
+    summary = json.loads((out / "summary.json").read_text())
+    assert not summary["finished"] and summary["steps_run"] == 1 and sorted(map(int, summary["means"])) == [0, 1]
     assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3

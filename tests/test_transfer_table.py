@@ -12,11 +12,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import transfer_table  # noqa: E402
 
 
-def _run(path: Path, seed: int, last: float) -> str:
-    means = {k: 0.5 for k in transfer_table.COLUMNS}
+def _run(path: Path, seed: int | None, last: float) -> str:
+    """A run's folder: curve.csv with two lists a set at steps 0 and 150 (heldin/jsd_valid at 150 is `last` on
+    average), and summary.json with its seed unless `seed` is None (a run cut short before writing one)."""
     path.mkdir()
-    summary = {"settings": {"seed": seed}, "means": {"0": means, "150": {**means, "heldin/jsd_valid": last}}}
-    (path / "summary.json").write_text(json.dumps(summary))
+    rows = ["step,set,list,jsd,jsd_valid,invalid,top_share"]
+    for step in (0, 150):
+        for name in transfer_table.SETS:
+            for offset in (-0.05, 0.05):
+                jsd_valid = last + offset if (step, name) == (150, "heldin") else 0.5
+                rows.append(f"{step},{name},{name}{offset},0.5,{jsd_valid},0.5,0.5")
+    (path / "curve.csv").write_text("\n".join(rows) + "\n")
+    if seed is not None:
+        (path / "summary.json").write_text(json.dumps({"settings": {"seed": seed}, "seconds": 1.0}))
     return str(path)
 
 
@@ -31,3 +39,17 @@ def test_seeds_of_a_recipe_are_averaged_with_their_band(tmp_path: Path, capsys: 
     assert [row[column] for row in cells] == ["0.500 -> 0.100", "0.500 -> 0.300", "**0.200** ±0.100", "0.500 -> 0.200"]
     with pytest.raises(SystemExit):
         transfer_table.main([a])  # no RECIPE=
+
+
+def test_a_run_cut_short_is_read_from_its_curve_and_drawn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run killed before summary.json (an older list_transfer at a device's call limit): seed "-", same means."""
+    a, b = _run(tmp_path / "a", None, 0.1), _run(tmp_path / "b", 1, 0.3)
+    png = tmp_path / "fig" / "curves.png"
+    assert transfer_table.main(["--figure", str(png), f"x={a}", f"x={b}"]) == 0
+    cells = [[cell.strip() for cell in line.split("|")] for line in capsys.readouterr().out.splitlines()[2:]]
+    column = 4 + transfer_table.COLUMNS.index("heldin/jsd_valid")
+    assert [row[2] for row in cells] == ["-", "1", "-"]
+    assert cells[2][column] == "**0.200** ±0.100"
+    assert png.stat().st_size > 10_000
+    with pytest.raises(SystemExit):
+        transfer_table.main([f"x={tmp_path / 'missing'}"])  # one line, no traceback

@@ -14,8 +14,9 @@ Trains GAPO with the embedded recipe (params.yaml's `train` section as the pipel
 The training rows are the pipeline's (`gapo.tasks.lists.list_selection_rows`: its templates, one per row) with 8
 items, repeated in turn to fill the run, so each list is seen about steps x prompts a step / k times. Writes, in
 `--out`: curve.csv (step, set, list, jsd, jsd_valid, invalid, top_share), summary.json (the settings, the training
-lists, and each set's mean at every scored step) and curve.png; prints each scoring's means. curve.csv is rewritten
-after every scoring, so a run killed at a device's call limit keeps its curve so far.
+lists, and each set's mean at every scored step) and curve.png; prints each scoring's means. curve.csv and
+summary.json are rewritten after every scoring (`finished` false until the end), so a run killed at a device's call
+limit keeps its curve so far.
 
 `--time-limit SECONDS` ends training at the first step that ends past that many seconds of training (scoring
 included), scores that step, and writes everything: on a lent GPU with minutes of device time, the budget is the
@@ -127,6 +128,7 @@ class Score(TrainerCallback):
         self.params = SamplingParams(max_new_tokens=max_new_tokens)
         self.tokenizer = tokenizer
         self.curve_path, self.time_limit = curve_path, time_limit
+        self.on_score: Any = None  #: called with the step after each scoring (main rewrites summary.json)
         self.rows: list[dict[str, Any]] = []
         self.started = time.perf_counter()
         self.stopped_at: int | None = None
@@ -146,6 +148,8 @@ class Score(TrainerCallback):
         model.train(was_training)
         if self.curve_path is not None:
             write_text_atomic(self.curve_path, self.curve().to_csv(index=False))
+        if self.on_score is not None:
+            self.on_score(step)
         current = pd.DataFrame([r for r in self.rows if r["step"] == step]).rename(columns={"category": "list"})
         print(f"step {step}: {means(current)} ({time.perf_counter() - started:.0f} s)", flush=True)
 
@@ -224,21 +228,37 @@ def main(argv: list[str] | None = None) -> int:
         lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, out / "curve.csv", args.time_limit
     )
     started = time.perf_counter()
+    summary: dict[str, Any] = {
+        "command": "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "settings": {**vars(args), "train": {k: v for k, v in section.items() if k != "output_dir"}},
+        "finished": False,
+        "steps_run": 0,
+        "stopped_by_time_limit": False,
+        "visits_per_list": 0.0,
+        "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
+        "scored_lists": lists,
+        "means": {},
+        "seconds": 0.0,
+    }
+
+    def write_summary(step: int, finished: bool = False) -> None:
+        """summary.json as of `step`: rewritten after every scoring, so a run killed at a call's limit keeps it."""
+        curve = callback.curve()
+        summary.update(
+            finished=finished,
+            steps_run=step,
+            stopped_by_time_limit=callback.stopped_at is not None,
+            visits_per_list=step * prompts_a_step / args.lists,
+            means={int(s): means(group) for s, group in curve.groupby("step")},
+            seconds=round(time.perf_counter() - started, 1),
+        )
+        write_json_atomic(out / "summary.json", summary, indent=2)
+
+    callback.on_score = write_summary
     train(script, config, dataset, callbacks=[callback])
     curve = callback.curve()
     write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
-    summary = {
-        "command": "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "settings": {**vars(args), "train": {k: v for k, v in section.items() if k != "output_dir"}},
-        "steps_run": callback.stopped_at or args.steps,
-        "stopped_by_time_limit": callback.stopped_at is not None,
-        "visits_per_list": (callback.stopped_at or args.steps) * prompts_a_step / args.lists,
-        "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
-        "scored_lists": lists,
-        "means": {int(step): means(group) for step, group in curve.groupby("step")},
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    write_json_atomic(out / "summary.json", summary, indent=2)
+    write_summary(callback.stopped_at or args.steps, finished=True)
     figure(curve, out / "curve.png", f"k={args.lists} lists, {callback.stopped_at or args.steps} steps")
     return 0
 

@@ -1,17 +1,22 @@
 """A markdown table of `tools/list_transfer.py` runs, recipe by recipe over seeds (issue 34, item 4).
 
-Each argument is ``RECIPE=DIR`` (a run's --out, holding summary.json); runs that share a recipe name are its seeds.
-Per run: its seed and, before training and at its last scored step, each set's mean JSD and JSD among valid answers;
-per recipe with two runs or more, the mean over seeds ± half their range at the last step: a difference between two
-recipes means something only beyond those bands.
+Each argument is ``RECIPE=DIR`` (a run's --out); runs that share a recipe name are its seeds. The means are read
+from the run's curve.csv (one row per list and scored step; what summary.json's means are made of), the seed from its
+summary.json, or "-" for a run cut short before one was written (list_transfer before --time-limit). Per run: its
+seed and, before training and at its last scored step, each set's mean JSD and JSD among valid answers; per recipe
+with two runs or more, the mean over seeds ± half their range at the last step: a difference between two recipes
+means something only beyond those bands. `--figure PATH` draws each recipe's curves (mean over its seeds): JSD among
+valid answers and the invalid share of each set against the step.
 
     python tools/transfer_table.py linear=runs/item4/linear_s0 linear=runs/item4/linear_s1 \
         constant=runs/item4/constant_s0 constant=runs/item4/constant_s1
+    python tools/transfer_table.py --figure results/gpu/item5/curves.png "lr 1e-4=results/gpu/item5/constant_s0" ...
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -21,15 +26,31 @@ SETS = ("train", "heldin", "unseen")
 COLUMNS = [f"{s}/{m}" for s in SETS for m in ("jsd", "jsd_valid")] + [f"{s}/invalid" for s in SETS]
 
 
+def step_means(directory: str | Path) -> dict[int, dict[str, float]]:
+    """Each scored step's mean over lists of every set's metrics (``heldin/jsd_valid``, ...), from curve.csv."""
+    sums: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    with open(Path(directory) / "curve.csv", newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            for metric in ("jsd", "jsd_valid", "invalid", "top_share"):
+                if row[metric] not in ("", "nan"):
+                    sums[int(row["step"])][f"{row['set']}/{metric}"].append(float(row[metric]))
+    return {step: {k: sum(v) / len(v) for k, v in cols.items()} for step, cols in sorted(sums.items())}
+
+
 def read_run(directory: str | Path) -> dict[str, Any]:
-    """A run's seed, first and last scored steps' means, and the seconds it took."""
-    summary = json.loads((Path(directory) / "summary.json").read_text(encoding="utf-8"))
-    steps = sorted(summary["means"], key=int)
+    """A run's seed, every scored step's means (first and last apart), and the seconds it took."""
+    file = Path(directory) / "summary.json"
+    summary = json.loads(file.read_text(encoding="utf-8")) if file.is_file() else {}
+    by_step = step_means(directory)
+    if not by_step:
+        raise ValueError(f"{directory}/curve.csv holds no scored step")
+    steps = list(by_step)
     return {
-        "seed": summary["settings"]["seed"],
-        "first": summary["means"][steps[0]],
-        "last": summary["means"][steps[-1]],
-        "step": int(steps[-1]),
+        "seed": summary.get("settings", {}).get("seed", "-"),
+        "first": by_step[steps[0]],
+        "last": by_step[steps[-1]],
+        "step": steps[-1],
+        "by_step": by_step,
         "seconds": summary.get("seconds"),
     }
 
@@ -49,17 +70,51 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def figure(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
+    """Per set, each recipe's JSD among valid answers (top) and invalid share (bottom) against the step, averaged over
+    its seeds at the steps they share."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(SETS), figsize=(4 * len(SETS), 6), sharex=True, sharey="row")
+    for recipe, seeds in runs.items():
+        steps = sorted(set.intersection(*(set(r["by_step"]) for r in seeds)))
+        for column, name in enumerate(SETS):
+            for row, metric in enumerate(("jsd_valid", "invalid")):
+                key = f"{name}/{metric}"
+                values = [sum(r["by_step"][s][key] for r in seeds) / len(seeds) for s in steps]
+                axes[row][column].plot(steps, values, marker="o", label=f"{recipe} ({len(seeds)} seed(s))")
+    for column, name in enumerate(SETS):
+        axes[0][column].set_title(f"{name} lists")
+        axes[1][column].set_xlabel("GAPO step")
+    axes[0][0].set_ylabel("JSD among valid answers")
+    axes[1][0].set_ylabel("invalid share")
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="RECIPE=DIR")
+    parser.add_argument("--figure", type=Path, default=None, help="also draw each recipe's curves to this PNG")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for item in args.runs:
         recipe, sep, directory = item.partition("=")
         if not sep:
             parser.error(f"expected RECIPE=DIR, got {item!r}")
-        runs[recipe].append(read_run(directory))
+        try:
+            runs[recipe].append(read_run(directory))
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"{directory}: not a list_transfer run ({exc})")
     print(table(runs), end="")
+    if args.figure is not None:
+        figure(runs, args.figure)
     return 0
 
 
