@@ -442,8 +442,9 @@ def issue35_parts(adapter: str = COMMITTED_ADAPTER) -> list[Part]:
             "item 1: backend_speed, 0.5B shape, embedded weights, 20 steps",
             "weights",
             300,
-            "estimated: ~30 s imports and ~60 s GGUF conversion and load, 20 steps of ~0.4 s (the H200's 150-step "
-            "run: 1.7 s for 8 prompts), Unsloth's compilation unknown (held to 240 s)",
+            "estimated: ~140 s from launch to the first step (imports, GGUF conversion, load: H100, 2026-11-27, "
+            "results/gpu/item5), ~50 s for the first step's compilation (same run), 20 steps of ~0.4 s (the H200's "
+            "150-step run: 1.7 s for 8 prompts), Unsloth's compilation unknown (held to 240 s)",
             f"{speed} --model embedded --steps 18 --warmup 2 --timeout 240 "
             f"--json_out $OUT/speed_0.5b/backend_speed.json > $OUT/speed_0.5b.log 2>&1{STAMP}",
         ),
@@ -476,8 +477,8 @@ def issue35_parts(adapter: str = COMMITTED_ADAPTER) -> list[Part]:
 
 #: Where the staging's planned seconds come from (PLANNED_SECONDS).
 STAGING_SOURCE = {
-    "start": "measured: H200, 2026-11-26, 45 s for the start and the first load, rounded up",
-    "load": "measured: H200, 2026-11-26, ~5 s a load of 57 MiB, rounded up",
+    "start": "measured: H200, 2026-11-26, 45 s for the start and the first load; H100, 2026-11-27, 29 s; rounded up",
+    "load": "measured: H200, 2026-11-26, ~5 s a load of 57 MiB; H100, 2026-11-27, 5-8 s a load of 55 MiB; rounded up",
     "assemble": "estimated: start, loads and assembly took ~63 s together on an H200 (no-weights payload)",
 }
 
