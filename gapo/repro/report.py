@@ -114,12 +114,14 @@ def _above(a: str, b: str) -> Callable[[Metrics], bool | None]:
     return lambda m: None if not _both(value(m, a), value(m, b)) else value(m, a) > value(m, b)  # type: ignore[operator]
 
 
-def _inside_base_interval(benchmark: str, metric: str) -> Callable[[Metrics], bool | None]:
+def _not_below_base_interval(benchmark: str, metric: str) -> Callable[[Metrics], bool | None]:
+    """The paper's claim is that accuracy holds: GAPO at or above the low end of the base model's 95% interval. A
+    score above the interval (0 of 8 -> 1 of 8 on MATH) is not a failure of that claim."""
+
     def verdict(m: Metrics) -> bool | None:
         gapo = value(m, f"benchmarks:models/gapo/{benchmark}/{metric}")
         low = value(m, f"benchmarks:models/baseline/{benchmark}/{metric}_ci_low")
-        high = value(m, f"benchmarks:models/baseline/{benchmark}/{metric}_ci_high")
-        return None if not _both(gapo, low, high) else low <= gapo <= high  # type: ignore[operator]
+        return None if not _both(gapo, low) else low <= gapo  # type: ignore[operator]
 
     return verdict
 
@@ -249,8 +251,8 @@ CLAIMS: tuple[Claim, ...] = (
             f"{BEN}/baseline/{bench}/{metric}",
             f"{BEN}/gapo/{bench}/{metric}",
             _t2(f"{bench}/{metric}"),
-            "inside the base's 95% interval",
-            _inside_base_interval(bench, metric),
+            "not below the base's 95% interval",
+            _not_below_base_interval(bench, metric),
             difference=f"{BEN}/gapo/{bench}/{metric}_diff",
         )
         for label, bench, metric in (
