@@ -33,12 +33,18 @@ def test_heldin_lists_share_the_training_categories_and_never_a_training_list() 
     assert len(rows) == 5 and all(r["items"] == one[0]["items"] for r in rows)
 
 
+def _tiny(steps: int, eval_every: int, score_lists: int, batch: int) -> list[str]:
+    """Flags of a tiny-random run: 2 training lists, n=4, groups of 4, `batch` rows a step."""
+    flags = ["--model", "tiny-random", "--lists", "2", "--steps", str(steps), "--eval-every", str(eval_every)]
+    flags += ["-n", "4", "--score-lists", str(score_lists), "--set", "num_generations=4"]
+    return [*flags, "--set", f"per_device_train_batch_size={batch}"]
+
+
 @pytest.mark.timeout(600)
 def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Path) -> None:
     out = tmp_path / "lt"
-    flags = ["--model", "tiny-random", "--lists", "2", "--steps", "2", "--eval-every", "1", "-n", "4"]
-    flags += ["--score-lists", "2", "--set", "num_generations=4", "--set", "per_device_train_batch_size=8"]
-    flags += ["--set", "lr_scheduler_type=constant", "--out", str(out)]
+    flags = [*_tiny(steps=2, eval_every=1, score_lists=2, batch=8), "--set", "lr_scheduler_type=constant"]
+    flags += ["--out", str(out)]
     assert list_transfer.main(flags) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(map(int, summary["means"])) == [0, 1, 2]
@@ -58,9 +64,7 @@ def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Pa
 def test_a_time_limit_ends_training_early_and_scores_the_last_step(tmp_path: Path) -> None:
     """On a lent GPU the budget is the clock: past --time-limit, the step that ended is scored and the run stops."""
     out = tmp_path / "lt"
-    flags = ["--model", "tiny-random", "--lists", "2", "--steps", "50", "--eval-every", "25", "-n", "4"]
-    flags += ["--score-lists", "1", "--set", "num_generations=4", "--set", "per_device_train_batch_size=4"]
-    flags += ["--time-limit", "0.001", "--out", str(out)]
+    flags = [*_tiny(steps=50, eval_every=25, score_lists=1, batch=4), "--time-limit", "0.001", "--out", str(out)]
     assert list_transfer.main(flags) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["finished"] and summary["stopped_by_time_limit"] and summary["steps_run"] == 1
@@ -82,10 +86,8 @@ def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch
     real_train = list_transfer.train
     monkeypatch.setattr(list_transfer, "train", lambda *a, callbacks: real_train(*a, callbacks=[*callbacks, Cut()]))
     out = tmp_path / "lt"
-    flags = ["--model", "tiny-random", "--lists", "2", "--steps", "3", "--eval-every", "1", "-n", "4"]
-    flags += ["--score-lists", "1", "--set", "num_generations=4", "--set", "per_device_train_batch_size=4"]
     with pytest.raises(KeyboardInterrupt):
-        list_transfer.main([*flags, "--out", str(out)])
+        list_transfer.main([*_tiny(steps=3, eval_every=1, score_lists=1, batch=4), "--out", str(out)])
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["finished"] and summary["steps_run"] == 1 and sorted(map(int, summary["means"])) == [0, 1]
     assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3

@@ -109,9 +109,9 @@ def means(per_list: pd.DataFrame) -> dict[str, float]:
 
 class Score(TrainerCallback):
     """Scores the live policy on every set of `lists` before the first step and every `eval_every` steps, `n` samples
-    a list, keeps one row per list and step in `rows` and rewrites `curve_path` (when given) after each scoring.
-    With `time_limit` (seconds from the start of training), stops training at the first step that ends past it,
-    after scoring that step; `stopped_at` is then that step."""
+    a list, keeps one row per list and step in `rows`, and calls `on_score(step)` after each scoring (main writes
+    curve.csv and summary.json there). With `time_limit` (seconds from the start of training), stops training at the
+    first step that ends past it, after scoring that step; `stopped_at` is then that step."""
 
     def __init__(
         self,
@@ -121,14 +121,13 @@ class Score(TrainerCallback):
         max_new_tokens: int,
         eval_every: int,
         tokenizer: Any,
-        curve_path: Path | None = None,
         time_limit: float | None = None,
     ) -> None:
         self.lists, self.n, self.seed, self.eval_every = lists, n, seed, eval_every
         self.params = SamplingParams(max_new_tokens=max_new_tokens)
         self.tokenizer = tokenizer
-        self.curve_path, self.time_limit = curve_path, time_limit
-        self.on_score: Any = None  #: called with the step after each scoring (main rewrites summary.json)
+        self.time_limit = time_limit
+        self.on_score: Any = None  #: called with the step after each scoring
         self.rows: list[dict[str, Any]] = []
         self.started = time.perf_counter()
         self.stopped_at: int | None = None
@@ -146,12 +145,10 @@ class Score(TrainerCallback):
             table = result.tables["per_list"][["category", "jsd", "jsd_valid", "invalid", "top_share"]]
             self.rows.extend({"step": step, "set": name, **r} for r in table.to_dict("records"))
         model.train(was_training)
-        if self.curve_path is not None:
-            write_text_atomic(self.curve_path, self.curve().to_csv(index=False))
         if self.on_score is not None:
             self.on_score(step)
-        current = pd.DataFrame([r for r in self.rows if r["step"] == step]).rename(columns={"category": "list"})
-        print(f"step {step}: {means(current)} ({time.perf_counter() - started:.0f} s)", flush=True)
+        curve = self.curve()
+        print(f"step {step}: {means(curve[curve.step == step])} ({time.perf_counter() - started:.0f} s)", flush=True)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
         self.started = time.perf_counter()
@@ -224,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
 
     max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
     tokenizer = load_tokenizer(args.model)
-    callback = Score(
-        lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, out / "curve.csv", args.time_limit
-    )
+    callback = Score(lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, args.time_limit)
     started = time.perf_counter()
     summary: dict[str, Any] = {
         "command": "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -241,9 +236,11 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": 0.0,
     }
 
-    def write_summary(step: int, finished: bool = False) -> None:
-        """summary.json as of `step`: rewritten after every scoring, so a run killed at a call's limit keeps it."""
+    def write_results(step: int, finished: bool = False) -> None:
+        """curve.csv and summary.json as of `step`: rewritten after every scoring, so a run killed at a call's limit
+        keeps them."""
         curve = callback.curve()
+        write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
         summary.update(
             finished=finished,
             steps_run=step,
@@ -254,12 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_json_atomic(out / "summary.json", summary, indent=2)
 
-    callback.on_score = write_summary
+    callback.on_score = write_results
     train(script, config, dataset, callbacks=[callback])
-    curve = callback.curve()
-    write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
-    write_summary(callback.stopped_at or args.steps, finished=True)
-    figure(curve, out / "curve.png", f"k={args.lists} lists, {callback.stopped_at or args.steps} steps")
+    write_results(callback.stopped_at or args.steps, finished=True)
+    figure(callback.curve(), out / "curve.png", f"k={args.lists} lists, {callback.stopped_at or args.steps} steps")
     return 0
 
 
