@@ -21,6 +21,7 @@ def test_heldin_lists_share_the_training_categories_and_never_a_training_list() 
     assert len(heldin) == 10 and {name.split(":")[1] for name in heldin} <= {r["category"] for r in train}
     assert not {frozenset(items) for items in heldin.values()} & {frozenset(r["items"]) for r in train}
     assert list(sets["train"].values()) == [r["items"] for r in train[:10]]
+    assert [list_transfer.rollout_batches(steps, 2) for steps in (1, 2, 3, 300)] == [1, 1, 2, 150]
     assert set(sets["unseen"]) <= set(list_transfer.ep.UNIFORMITY_LISTS)
     # a run on more categories (issue 34's breadth lever) is scored on the same held-in lists as one on the paper's 8
     wide = list_transfer.training_lists(64, seed=0, categories=[*list_transfer.CATEGORIES, "Elements", "US States"])
@@ -61,16 +62,38 @@ def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Pa
 
 
 @pytest.mark.timeout(600)
-def test_a_time_limit_ends_training_early_and_scores_the_last_step(tmp_path: Path) -> None:
-    """On a lent GPU the budget is the clock: past --time-limit, the step that ended is scored and the run stops."""
+def test_resume_continues_a_run_stopped_by_its_time_limit_in_a_later_leg(tmp_path: Path) -> None:
+    """On a lent GPU the budget is the clock, and a run spans sessions: leg 1 stops past its --time-limit, scores the
+    step that ended and saves a checkpoint; leg 2 (--resume, the same flags, another limit) continues from it, keeps
+    leg 1's scorings and ends the run. With num_iterations 2 each batch of rollouts serves two steps, so 4 steps
+    generate 2 batches."""
     out = tmp_path / "lt"
-    flags = [*_tiny(steps=50, eval_every=25, score_lists=1, batch=4), "--time-limit", "0.001", "--out", str(out)]
-    assert list_transfer.main(flags) == 0
+    flags = [*_tiny(steps=4, eval_every=2, score_lists=1, batch=4), "--set", "num_iterations=2", "--out", str(out)]
+    assert list_transfer.main([*flags, "--time-limit", "0.001"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["finished"] and summary["stopped_by_time_limit"] and summary["steps_run"] == 1
+    assert not summary["finished"] and summary["stopped_by_time_limit"] and summary["steps_run"] == 1
     assert sorted(map(int, summary["means"])) == [0, 1]  # the start and the step it stopped at
-    assert summary["visits_per_list"] == 0.5  # 1 step x 1 prompt / 2 lists
+    assert summary["visits_per_list"] == 0.5  # 1 batch x 1 prompt / 2 lists
     assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3
+    assert (out / "run" / "checkpoint-1").is_dir()  # saved at the limit, for --resume
+    with pytest.raises(SystemExit, match="other settings \\(seed, train.seed\\)"):
+        list_transfer.main([*flags, "--seed", "1", "--resume"])
+    assert list_transfer.main([*flags, "--resume"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and not summary["stopped_by_time_limit"] and summary["steps_run"] == 4
+    assert sorted(map(int, summary["means"])) == [0, 1, 2, 4]  # leg 1's start and stop, leg 2's scorings
+    assert [(leg["from_step"], leg["to_step"], leg["time_limit"]) for leg in summary["legs"]] == [
+        (0, 1, 0.001),
+        (1, 4, None),
+    ]
+    assert summary["seconds"] == pytest.approx(sum(leg["seconds"] for leg in summary["legs"]), abs=0.2)
+    assert summary["rollouts"] == 2 * 4 and summary["visits_per_list"] == 1.0  # 2 batches x 1 prompt x G=4; 2 / 2 lists
+    assert len((out / "curve.csv").read_text().splitlines()) == 1 + 4 * 3
+    assert json.loads((out / "run" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4
+    with pytest.raises(SystemExit, match="finished at step 4"):
+        list_transfer.main([*flags, "--resume"])
+    with pytest.raises(SystemExit, match="no list_transfer run"):
+        list_transfer.main([*flags[:-1], str(tmp_path / "none"), "--resume"])
 
 
 @pytest.mark.timeout(600)

@@ -15,22 +15,31 @@ The training rows are the pipeline's (`gapo.tasks.lists.list_selection_rows`: it
 items, repeated in turn to fill the run, so each list is seen about steps x prompts a step / k times. Writes, in
 `--out`: curve.csv (step, set, list, jsd, jsd_valid, invalid, top_share), summary.json (the settings, the training
 lists, and each set's mean at every scored step) and curve.png; prints each scoring's means. curve.csv and
-summary.json are rewritten after every scoring (`finished` false until the end), so a run killed at a device's call
-limit keeps its curve so far.
+summary.json are rewritten after every scoring (`finished` false until the last of `--steps`), so a run killed at a
+device's call limit keeps its curve so far.
+
+`--steps` counts optimizer steps. With `--set num_iterations=MU` (TRL's mu) a batch of rollouts is generated every MU
+steps and used MU times, so the run generates steps / MU batches (summary.json's `rollouts`): at equal rollouts, pass
+MU times the steps.
 
 `--time-limit SECONDS` ends training at the first step that ends past that many seconds of training (scoring
-included), scores that step, and writes everything: on a lent GPU with minutes of device time, the budget is the
-clock, not the steps (`--steps` then only sizes the dataset and the schedule; `summary.json` says where it stopped).
+included), scores that step, saves a checkpoint, and writes everything: on a lent GPU with minutes of device time, the
+budget is the clock, not the steps (`--steps` then only sizes the dataset and the schedule; `summary.json` says where
+it stopped). `--resume` continues such a run in a later session from its newest checkpoint (run/checkpoint-N, saved at
+every scoring and at the time limit), with the same flags: curve.csv keeps the scorings up to that step, and
+summary.json's `legs` lists each leg's command, steps and seconds.
 
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
+    python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR --resume
     python tools/list_transfer.py --model tiny-random --lists 2 --steps 2 --eval-every 1 -n 4 --out /tmp/lt  # a check
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -40,6 +49,7 @@ import pandas as pd
 import yaml
 from transformers import TrainerCallback
 
+from gapo.checkpoints import last_checkpoint
 from gapo.io import write_json_atomic, write_text_atomic
 from gapo.repro import profiles
 from gapo.repro import prompts as ep
@@ -94,6 +104,11 @@ def scored_lists(
     return {"train": train_sets, "heldin": heldin_lists(train_rows, m, seed, heldin_categories), "unseen": unseen}
 
 
+def rollout_batches(steps: int, num_iterations: int) -> int:
+    """How many batches of rollouts `steps` optimizer steps generate: TRL generates every `num_iterations` steps."""
+    return -(-steps // num_iterations)
+
+
 def run_dataset(train_rows: list[dict[str, Any]], size: int) -> Any:
     """`size` rows cycling through the training lists: each list as often as the others (within one)."""
     import datasets
@@ -110,8 +125,10 @@ def means(per_list: pd.DataFrame) -> dict[str, float]:
 class Score(TrainerCallback):
     """Scores the live policy on every set of `lists` before the first step and every `eval_every` steps, `n` samples
     a list, keeps one row per list and step in `rows`, and calls `on_score(step)` after each scoring (main writes
-    curve.csv and summary.json there). With `time_limit` (seconds from the start of training), stops training at the
-    first step that ends past it, after scoring that step; `stopped_at` is then that step."""
+    curve.csv and summary.json there). With `time_limit` (seconds from the start of this leg of training), stops
+    training at the first step that ends past it, after scoring that step, and has the trainer save a checkpoint there
+    (a later `--resume` continues from it); `stopped_at` is then that step. A resumed run starts with the `rows` it
+    had scored, and does not score its first step again."""
 
     def __init__(
         self,
@@ -122,13 +139,14 @@ class Score(TrainerCallback):
         eval_every: int,
         tokenizer: Any,
         time_limit: float | None = None,
+        rows: list[dict[str, Any]] | None = None,
     ) -> None:
         self.lists, self.n, self.seed, self.eval_every = lists, n, seed, eval_every
         self.params = SamplingParams(max_new_tokens=max_new_tokens)
         self.tokenizer = tokenizer
         self.time_limit = time_limit
         self.on_score: Any = None  #: called with the step after each scoring
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[dict[str, Any]] = list(rows or [])
         self.started = time.perf_counter()
         self.stopped_at: int | None = None
 
@@ -163,6 +181,7 @@ class Score(TrainerCallback):
         if out_of_time and step < state.max_steps:
             self.stopped_at = step
             control.should_training_stop = True
+            control.should_save = True  # the checkpoint a later --resume continues from
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a `train` setting (YAML)")
     parser.add_argument("--out", required=True)
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the unfinished run in --out from its newest checkpoint (the same flags; a later GPU session)",
+    )
     args = parser.parse_args(argv)
     if min(args.lists, args.steps, args.eval_every, args.score_lists) < 1 or args.n < 2:
         parser.error("--lists, --steps, --eval-every and --score-lists must be >= 1 and -n >= 2")
@@ -209,53 +233,101 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
     section.update(overrides, model=args.model, seed=args.seed, max_steps=args.steps, output_dir=str(out / "run"))
-    section.update(save_steps=args.steps, save_total_limit=1)
+    # a checkpoint at every scoring (and at a time limit): a run killed at a device call's limit resumes from there
+    section.update(save_steps=args.eval_every, save_total_limit=1, resume=args.resume)
     script, config = configs(section)  # every setting checked before anything loads
     train_rows = training_lists(args.lists, args.seed, categories)
     heldin_categories = args.heldin_categories.split(",") if args.heldin_categories else None
     lists = scored_lists(train_rows, args.score_lists, args.seed, heldin_categories)
     prompts_a_step = config.per_device_train_batch_size * config.gradient_accumulation_steps // config.num_generations
-    dataset = run_dataset(train_rows, args.steps * prompts_a_step)
+    mu = config.num_iterations
+    dataset = run_dataset(train_rows, rollout_batches(args.steps, mu) * prompts_a_step)
+    command = "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    settings = {**vars(args), "train": {k: v for k, v in section.items() if k not in ("output_dir", "resume")}}
+    del settings["resume"], settings["time_limit"]  # a leg's, not the run's (summary.json's legs)
+    settings = json.loads(json.dumps(settings))  # as summary.json holds them, to compare on --resume
+    summary, rows = resumed(out, settings) if args.resume else ({}, [])
 
     from gapo.models import load_tokenizer
 
     max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
     tokenizer = load_tokenizer(args.model)
-    callback = Score(lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, args.time_limit)
+    callback = Score(lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, args.time_limit, rows)
     started = time.perf_counter()
-    summary: dict[str, Any] = {
-        "command": "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "settings": {**vars(args), "train": {k: v for k, v in section.items() if k != "output_dir"}},
+    first_step = max((r["step"] for r in rows), default=0)
+    summary = summary or {
+        "command": command,
+        "settings": settings,
         "finished": False,
         "steps_run": 0,
         "stopped_by_time_limit": False,
+        "rollouts": 0,
         "visits_per_list": 0.0,
         "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
         "scored_lists": lists,
         "means": {},
         "seconds": 0.0,
+        "legs": [],
     }
+    legs = [leg for leg in summary["legs"] if leg["to_step"] <= first_step]  # a leg past the checkpoint is redone
+    seconds_before = sum(leg["seconds"] for leg in legs)
 
     def write_results(step: int, finished: bool = False) -> None:
         """curve.csv and summary.json as of `step`: rewritten after every scoring, so a run killed at a call's limit
         keeps them."""
         curve = callback.curve()
         write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
+        leg = {"command": command, "from_step": first_step, "to_step": step, "time_limit": args.time_limit}
+        leg["seconds"] = round(time.perf_counter() - started, 1)
         summary.update(
             finished=finished,
             steps_run=step,
             stopped_by_time_limit=callback.stopped_at is not None,
-            visits_per_list=step * prompts_a_step / args.lists,
+            rollouts=rollout_batches(step, mu) * prompts_a_step * config.num_generations,
+            visits_per_list=rollout_batches(step, mu) * prompts_a_step / args.lists,
             means={int(s): means(group) for s, group in curve.groupby("step")},
-            seconds=round(time.perf_counter() - started, 1),
+            seconds=round(seconds_before + leg["seconds"], 1),
+            legs=[*legs, leg],
         )
         write_json_atomic(out / "summary.json", summary, indent=2)
 
     callback.on_score = write_results
     train(script, config, dataset, callbacks=[callback])
-    write_results(callback.stopped_at or args.steps, finished=True)
+    write_results(callback.stopped_at or args.steps, finished=callback.stopped_at is None)
     figure(callback.curve(), out / "curve.png", f"k={args.lists} lists, {callback.stopped_at or args.steps} steps")
     return 0
+
+
+def resumed(out: Path, settings: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The summary of the unfinished run in `out` and its curve rows up to its newest checkpoint (the step training
+    continues from; none without a checkpoint, when training starts again from step 0). Refused in one line, before
+    anything loads, when there is no run to continue, it has finished, or it ran with other `settings`."""
+    if not (out / "summary.json").is_file():
+        raise SystemExit(f"--resume: {out} holds no list_transfer run (no summary.json)")
+    summary = json.loads((out / "summary.json").read_text())
+    if summary.get("finished"):
+        raise SystemExit(f"--resume: the run in {out} finished at step {summary['steps_run']}; nothing to continue")
+    if summary["settings"] != settings:
+        changed = _changed(summary["settings"], settings)
+        raise SystemExit(f"--resume: {out} was run with other settings ({', '.join(changed)}); pass the same flags")
+    summary.setdefault("legs", [])
+    checkpoint = last_checkpoint(out / "run")
+    step = int(checkpoint.name.split("-")[-1]) if checkpoint else -1
+    curve = pd.read_csv(out / "curve.csv") if (out / "curve.csv").is_file() else pd.DataFrame(columns=["step"])
+    rows = curve[curve.step <= step].rename(columns={"list": "category"}).to_dict("records")
+    return summary, rows
+
+
+def _changed(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
+    """The keys whose values differ, nested ones (the `train` section's) as `train.key`."""
+    changed = []
+    for key in sorted({*before, *now}):
+        old, new = before.get(key), now.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += _changed(old, new, f"{prefix}{key}.")
+        elif old != new:
+            changed.append(prefix + key)
+    return changed
 
 
 def figure(curve: pd.DataFrame, path: Path, title: str) -> None:
