@@ -24,7 +24,15 @@ OPEN_GAPO = "gapo_open"
 LABEL = "+ open-ended GAPO"
 
 #: The stage's keys that override the `train` section for its run (everything else comes from `train`).
-TRAIN_KEYS = ("max_steps", "num_prompts", "save_steps", "split_format_reward", "max_completion_length", "equivalence")
+TRAIN_KEYS = (
+    "max_steps",
+    "num_prompts",
+    "save_steps",
+    "split_format_reward",
+    "reward_weights",
+    "max_completion_length",
+    "equivalence",
+)
 
 FILES = {
     "curves": "results/open_ended_curves.csv",

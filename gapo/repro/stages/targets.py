@@ -24,7 +24,15 @@ TARGET_GAPO = "gapo_targets"
 LABEL = "+ target GAPO"
 
 #: The stage's keys that override the `train` section for its run (everything else comes from `train`).
-TRAIN_KEYS = ("max_steps", "num_prompts", "save_steps", "split_format_reward", "min_items", "max_items")
+TRAIN_KEYS = (
+    "max_steps",
+    "num_prompts",
+    "save_steps",
+    "split_format_reward",
+    "reward_weights",
+    "min_items",
+    "max_items",
+)
 
 FILES = {
     "per_list": "results/targets_per_list.csv",
