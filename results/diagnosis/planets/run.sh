@@ -3,7 +3,7 @@
 # (asked as `gapo eval` asks it), 60 steps of G=32, then the base model and the adapter on planets, n=200.
 #   bash results/diagnosis/planets/run.sh runs/planets                                          # params.yaml's schedule
 #   bash results/diagnosis/planets/run.sh runs/planets_linear --lr-scheduler-type linear --warmup-steps 0
-#   add --seed 1 for the second seed (2026-11-27, 2 cores: results/diagnosis/planets/{constant,linear}_s{0,1}/eval.json;
+#   add --seed 1 for the second seed (2026-11-27, 2 cores: results/diagnosis/planets/{constant,linear,constant_format0.3}_s{0,1}/eval.json;
 #   about 3.5 min to train, 40 s to score)
 set -eu
 cd "$(dirname "$0")/../../.."
