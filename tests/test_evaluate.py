@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _fails(capsys: pytest.CaptureFixture[str], argv: list[str], match: str) -> None:
-    """`gapo eval ARGV` exits 2 with one ``gapo eval: error:`` line containing `match`."""
+    """`gapo eval ARGV` exits 2 with one ``gapo: error:`` line containing `match`."""
     assert main(["eval", *argv]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("gapo eval: error:") and "\n" not in err, err
+    assert err.startswith("gapo: error: ") and "\n" not in err, err
     assert match in err, err
 
 

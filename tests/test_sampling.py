@@ -494,7 +494,7 @@ def test_cli_bad_input_one_line_and_nothing_written(tmp_path: Path, capsys):  # 
     out = tmp_path / "x.jsonl"
     assert cli(["--model", "tiny-random", "--prompt", "hi", "-n", "0", "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error:") and "positive" in err and err.count("\n") == 1
+    assert err.startswith("gapo: error: ") and "positive" in err and err.count("\n") == 1
     assert not out.exists()
     assert cli(["--model", "tiny-random", "--prompt", "hi", "-n", "1", "--backend", "openai", "--out", str(out)]) == 2
     assert "--endpoint" in capsys.readouterr().err

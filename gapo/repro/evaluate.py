@@ -469,7 +469,8 @@ def write(out: Path, doc: Mapping[str, Any], results: Mapping[str, Mapping[str, 
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """``gapo eval``: 0 on success; 2 with one ``gapo eval: error:`` line on bad input, before any sampling."""
+    """``gapo eval``: 0 on success; 2 with one ``gapo: error:`` line on bad input (as every `gapo` command), before any
+    sampling."""
 
     try:
         args = build_parser().parse_args(argv)
@@ -479,7 +480,7 @@ def cli(argv: list[str] | None = None) -> int:
         path = write(checked.out, doc, results)
     except (ValueError, KeyError, ModelLoadError, SamplingError, OSError) as err:
         message = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
-        print(f"gapo eval: error: {one_line(message) or type(err).__name__}", file=sys.stderr)
+        print(f"gapo: error: {one_line(message) or type(err).__name__}", file=sys.stderr)
         return 2
     print(table(doc))
     print(f"wrote {path}, {path.parent / 'eval.png'}, {path.parent / 'samples.jsonl'}", file=sys.stderr)

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 shown = resolve(args.profile, args.params)
             print(yaml.safe_dump(shown, sort_keys=False, allow_unicode=True), end="")
     except (PipelineError, yaml.YAMLError) as err:
-        print(f"gapo pipeline: error: {str(err).splitlines()[0]}", file=sys.stderr)
+        print(f"gapo: error: {str(err).splitlines()[0]}", file=sys.stderr)
         return 2
     return 0
 

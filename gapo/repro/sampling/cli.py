@@ -102,7 +102,7 @@ def cli(argv: list[str] | None = None) -> int:
         }
         path = write_jsonl_atomic(args.out, sample_records(args.prompt, completions, **meta))
     except (ValueError, ModelLoadError, SamplingError, OSError) as err:
-        print(f"error: {one_line(str(err))}", file=sys.stderr)
+        print(f"gapo: error: {one_line(str(err))}", file=sys.stderr)
         return 2
     print(f"wrote {len(completions)} samples to {path}", file=sys.stderr)
     return 0
