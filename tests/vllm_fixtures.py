@@ -121,9 +121,9 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def vllm_server(model: str, *extra: str, timeout: float = 600.0) -> Iterator[str]:
-    """Start vLLM's OpenAI-compatible server for MODEL on 127.0.0.1 and a free port; yield its base URL
-    (".../v1"); stop it on exit.
+def vllm_server(model: str, *extra: str, timeout: float = 600.0, env: dict[str, str] | None = None) -> Iterator[str]:
+    """Start vLLM's OpenAI-compatible server for MODEL on 127.0.0.1 and a free port (`extra`: more server flags, `env`:
+    variables added to this process's); yield its base URL (".../v1"); stop it on exit.
 
     The server's log goes to a temporary file, quoted in the error when it does not come up within `timeout`.
     """
@@ -134,7 +134,9 @@ def vllm_server(model: str, *extra: str, timeout: float = 600.0) -> Iterator[str
     cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1"]
     cmd += ["--port", str(port), "--max-model-len", "256", "--enforce-eager", "--dtype", "float32", *extra]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env={**os.environ, **(env or {})}
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
