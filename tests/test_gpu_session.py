@@ -403,3 +403,129 @@ def test_benchmark_wheels_are_the_versions_the_cpu_runs() -> None:
     for spec in gpu_session.BENCHMARK_WHEELS:
         name, pinned = spec.split("==")
         assert version(name) == pinned, spec
+
+
+# --- issue 34 item 5: runs to convergence in legs, one a session, the state returned and carried back ---------------
+
+
+def a_legs_runs(root: Path) -> Path:
+    """What a leg leaves in /tmp/item5: a run with a checkpoint (weights, optimizer, tokenizer files), its final adapter
+    folder, its curve and summary, and its log."""
+    runs = root / "item5"
+    checkpoint = runs / "format0.3_s0" / "run" / "checkpoint-25"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "adapter_model.safetensors").write_bytes(os.urandom(9000))
+    (checkpoint / "optimizer.pt").write_bytes(os.urandom(18000))
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 25}')
+    (checkpoint / "tokenizer.json").write_bytes(os.urandom(11000))
+    (runs / "format0.3_s0" / "run" / "adapter").mkdir()
+    (runs / "format0.3_s0" / "run" / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(9000))
+    (runs / "format0.3_s0" / "summary.json").write_text('{"finished": false}')
+    (runs / "format0.3_s0" / "curve.csv").write_text("step,set,list,jsd,jsd_valid,invalid,top_share\n")
+    (runs / "format0.3_s0.log").write_text("leg 1\n")
+    return runs
+
+
+def test_a_legs_state_travels_in_checked_parts_without_tokenizers(tmp_path):  # noqa: ANN001
+    runs = a_legs_runs(tmp_path / "gpu")
+    out = tmp_path / "OUT" / "state"
+    count = gpu_session.pack_state(runs, out, part_bytes=16384)
+    state = json.loads((out / "state.json").read_text())
+    assert count == len(state["parts"]) >= 2 and sorted(p.name for p in out.iterdir()) == sorted(
+        ["state.json", *(p["name"] for p in state["parts"])]
+    )
+    assert all(p["size"] <= 16384 for p in state["parts"]) and state["folder"] == "item5"
+    back = gpu_session.unpack_state(out, tmp_path / "bare")
+    assert back == tmp_path / "bare" / "item5"
+    kept = sorted(str(p.relative_to(back)) for p in back.rglob("*") if p.is_file())
+    assert kept == [
+        "format0.3_s0.log",
+        "format0.3_s0/curve.csv",
+        "format0.3_s0/run/checkpoint-25/adapter_model.safetensors",
+        "format0.3_s0/run/checkpoint-25/optimizer.pt",
+        "format0.3_s0/run/checkpoint-25/trainer_state.json",
+        "format0.3_s0/summary.json",
+    ]
+    for name in kept:
+        assert (back / name).read_bytes() == (runs / name).read_bytes()
+    assert not (tmp_path / "bare" / ".state.tar").exists()
+    # a damaged part: one line, nothing extracted
+    part = out / state["parts"][1]["name"]
+    part.write_bytes(b"x" + part.read_bytes()[1:])
+    with pytest.raises(gpu_session.LimitError, match="does not match its sha256; collect the last leg's files"):
+        gpu_session.unpack_state(out, tmp_path / "bare2")
+    assert not (tmp_path / "bare2").exists()
+    # more than a call returns: one line, nothing left behind
+    with pytest.raises(gpu_session.LimitError, match="over 1 parts of"):
+        gpu_session.pack_state(runs, tmp_path / "OUT2", part_bytes=16384, max_parts=1)
+    assert list((tmp_path / "OUT2").iterdir()) == []
+    with pytest.raises(gpu_session.LimitError, match="no state.json in"):
+        gpu_session.unpack_state(tmp_path / "OUT2", tmp_path / "bare3")
+
+
+def test_collect_puts_a_legs_state_beside_the_results_not_in_them(tmp_path):  # noqa: ANN001
+    files_at = tmp_path / "files_at"
+    gpu_session.pack_state(a_legs_runs(tmp_path / "gpu"), files_at / "state", part_bytes=16384)
+    gpu_session.stamp(files_at, device="NVIDIA H100 80GB HBM3")
+    results, state = tmp_path / "results", tmp_path / "runs" / "item5_state"
+    state.mkdir(parents=True)
+    (state / "state.tar.part009").write_text("the previous leg's")
+    copied = gpu_session.collect(files_at, results, state)
+    assert sorted(p.name for p in results.iterdir()) == ["device.txt"]
+    assert sorted(p.name for p in state.iterdir()) == sorted(p.name for p in (files_at / "state").iterdir())
+    assert len(copied) == 1 + len(list(state.iterdir()))
+    assert json.loads((state / "state.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
+    assert gpu_session.unpack_state(state, tmp_path / "here").is_dir()
+
+
+def test_issue34_plan_stages_then_runs_one_leg_carrying_the_last_state(tmp_path, capsys):  # noqa: ANN001
+    manifest = fake_manifest(9, 55 * gpu_session.MIB)
+    (session,) = gpu_session.issue34_plan(manifest, "nvidia-h100-x1", root=tmp_path, tree=8 * gpu_session.MIB)
+    *staging, leg = session
+    assert [c["command"].split()[2] for c in staging] == ["receive"] * 9 + ["assemble"]
+    assert leg["command"] == f"TL={gpu_session.LEG_TRAIN_SECONDS} bash results/gpu/item5/leg.sh"
+    assert "carry" not in leg and leg["part"].startswith("item 5: the first leg")
+    assert gpu_session.planned_seconds(session) <= gpu_session.DEVICE_SECONDS
+    assert (ROOT / gpu_session.LEG).is_file()
+    # after a leg: its returned state travels with the next session's leg
+    gpu_session.pack_state(a_legs_runs(tmp_path / "gpu"), tmp_path / gpu_session.STATE)
+    (session,) = gpu_session.issue34_plan(manifest, "nvidia-h100-x1", root=tmp_path, tree=8 * gpu_session.MIB)
+    assert session[-1]["carry"] == ["runs/item5_state"] and session[-1]["part"].startswith("item 5: a leg from")
+    gpu_session.print_sessions([session])
+    calls = [json.loads(line) for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
+    assert calls[-1] == {k: session[-1][k] for k in gpu_session.RUN_KEYS}
+    # over the device's limits: one line
+    (tmp_path / gpu_session.STATE / "state.tar.part009").write_bytes(bytes(400 * 1024))
+    tree = 64 * gpu_session.MIB - 300 * 1024  # room for a small load, not for the state
+    with pytest.raises(gpu_session.LimitError, match="the state in runs/item5_state .* over the device's 64 MiB"):
+        gpu_session.issue34_plan(fake_manifest(9, 1024), "nvidia-h100-x1", root=tmp_path, tree=tree)
+    with pytest.raises(gpu_session.LimitError, match="staging and a leg are planned at"):
+        gpu_session.issue34_plan(fake_manifest(40, gpu_session.MIB), "nvidia-h200", root=tmp_path, tree=0)
+
+
+@pytest.mark.timeout(900)
+def test_two_legs_of_leg_sh_on_tiny_random_resume_one_run_across_bare_machines(tmp_path):  # noqa: ANN001
+    """results/gpu/item5/leg.sh as two GPU sessions run it, on CPU: leg 1 stops at its time limit and returns its
+    state; `collect` keeps it; leg 2, on a bare machine (another folder), unpacks it and finishes the run from the
+    checkpoint."""
+    flags = "--model tiny-random --lists 2 --steps 4 --eval-every 2 -n 4 --score-lists 1 --set num_generations=4 "
+    flags += "--set per_device_train_batch_size=4"
+    state = tmp_path / "runs" / "item5_state"
+    env = dict(os.environ, LEG_FLAGS=flags, LEG_SEEDS="0", STATE=str(state), PY=sys.executable)
+
+    def leg(number: int, seconds: str) -> Path:
+        out = tmp_path / f"OUT{number}"
+        out.mkdir()
+        leg_env = dict(env, TL=seconds, OUT=str(out), ITEM5_DIR=str(tmp_path / f"machine{number}" / "item5"))
+        proc = subprocess.run(["bash", gpu_session.LEG], cwd=ROOT, env=leg_env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        gpu_session.collect(out, tmp_path / "results", state)
+        return tmp_path / f"machine{number}" / "item5" / "format0.3_s0"
+
+    first = json.loads((leg(1, "0.001") / "summary.json").read_text())
+    assert not first["finished"] and first["steps_run"] == 1 and len(first["legs"]) == 1
+    second = json.loads((leg(2, "600") / "summary.json").read_text())
+    assert second["finished"] and second["steps_run"] == 4
+    assert [(g["from_step"], g["to_step"]) for g in second["legs"]] == [(0, 1), (1, 4)]
+    assert (tmp_path / "results" / "device.txt").read_text() == "# device: cpu\n"
+    assert gpu_session.unpack_state(state, tmp_path / "read")  # the finished runs, readable here

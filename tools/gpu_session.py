@@ -9,11 +9,16 @@ On the CPU machine (stdlib and pip only; nothing of gapo is imported):
     python tools/gpu_session.py plan [--kind nvidia-h100-x1]     # the device `run` calls, in order
     python tools/gpu_session.py plan --issue 35                  # issue 35's items 1-3, session by session, each
                                                                  # call's planned time and whether it was measured
-    python tools/gpu_session.py collect FILES_AT                  # a call's returned files -> results/gpu/
+    python tools/gpu_session.py plan --issue 34                  # issue 34 item 5's next leg (a --training-only
+                                                                 # payload), carrying the state the last leg returned
+    python tools/gpu_session.py collect FILES_AT                  # a call's returned files -> results/gpu/, a leg's
+                                                                 # state -> runs/item5_state/
+    python tools/gpu_session.py unpack-state runs/item5_state --into runs   # read a leg's curves here
 On the GPU machine (the plan's commands call these; the tool travels with the working tree):
     python3 tools/gpu_session.py receive load-03     # copy one load into /tmp/gapo, check every part's sha256
     python3 tools/gpu_session.py assemble            # join the parts, check the files, install the wheels
     python3 tools/gpu_session.py stamp $OUT          # name the device in every result file
+    python3 tools/gpu_session.py pack-state /tmp/item5 --out $OUT/state    # a leg's runs, for the next leg
     python3 tools/gpu_session.py stage uniformity    # a pipeline stage at full size on the GPU-trained adapter
     python3 tools/gpu_session.py stage benchmarks --adapter DIR --decoding greedy   # Table 2: 200/210/164 problems
 
@@ -35,6 +40,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -597,6 +603,64 @@ def print_sessions(sessions: list[list[dict[str, Any]]]) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# plan --issue 34: item 5's runs to convergence in legs, one a session, each leg's state returned and carried back
+# --------------------------------------------------------------------------------------------------------------------
+
+#: Where `collect` puts a leg's returned state and where the next leg's call carries it from (ignored by git).
+STATE = Path("runs/item5_state")
+#: The script of one leg (results/gpu/item5/leg.sh) and its training time: the 600-s call less ~140 s from launch to
+#: the first step (imports, the GGUF's conversion, load: H100, 2026-11-27), the last scoring, and packing the state.
+LEG = "results/gpu/item5/leg.sh"
+LEG_TRAIN_SECONDS = 330
+LEG_SOURCE = (
+    "measured: H100, 2026-11-27 (results/gpu/item5): ~140 s from launch to the first step, then about 2.1 s a step "
+    "with three runs side by side; 330 s of training a leg"
+)
+
+
+def state_bytes(state: Path) -> int:
+    """The bytes a leg's call carries: the state the previous leg returned (0 before the first leg)."""
+    return sum(p.stat().st_size for p in state.rglob("*") if p.is_file()) if (state / "state.json").is_file() else 0
+
+
+def issue34_plan(
+    manifest: dict[str, Any],
+    kind: str,
+    payload: Path = PAYLOAD,
+    state: Path = STATE,
+    root: Path = ROOT,
+    tree: int | None = None,
+) -> list[list[dict[str, Any]]]:
+    """The next session of issue 34's item 5: stage the training payload (`prepare --training-only`) on a bare machine,
+    then one leg of the runs (`LEG`), carrying the state the last leg returned when there is one (`collect` put it in
+    `state`). Each later session is the same plan again, until the runs finish. One line, before any call, for a
+    session or a call over the device's limits."""
+    check_kind(kind, shapes=("0.5b",))
+    tree = tree_bytes(root) if tree is None else tree
+    check_loads(manifest, tree)
+    carried = state_bytes(root / state)
+    if tree + carried > CALL_BYTES:
+        raise LimitError(
+            f"the state in {state} ({carried / MIB:.1f} MiB) with the working tree ({tree / MIB:.1f} MiB) is over the "
+            f"device's {CALL_BYTES // MIB} MiB per call"
+        )
+    session = staging_calls(manifest, payload, "training")
+    leg = {"command": f"TL={LEG_TRAIN_SECONDS} bash {LEG}", "timeout_s": COMMAND_SECONDS}
+    if carried:
+        leg["carry"] = [str(state)]
+    what = "a leg from the state returned last" if carried else "the first leg (no state returned yet)"
+    leg.update(part=f"item 5: {what}", payload="training", seconds=COMMAND_SECONDS, source=LEG_SOURCE)
+    session.append(leg)
+    check_calls(session, kind)
+    if planned_seconds(session) > DEVICE_SECONDS:
+        raise LimitError(
+            f"staging and a leg are planned at {planned_seconds(session) / 60:.1f} min; a session has "
+            f"{DEVICE_SECONDS // 60}"
+        )
+    return [session]
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # On the GPU machine: receive, assemble, stamp, stage
 # --------------------------------------------------------------------------------------------------------------------
 
@@ -647,6 +711,91 @@ def assemble(stage: Path = STAGE, install: bool = True) -> list[Path]:
         subprocess.run([*cmd, "--upgrade", "--target", str(stage / "site"), *wheels], check=True)
     print(f"{len(done)} files ok; {len(wheels)} wheels installed in {stage / 'site'}")
     return done
+
+
+#: What a leg's state leaves out: the tokenizer files and model card of every checkpoint (11.4 MB at 0.5B: the next
+#: leg loads the tokenizer with the model) and each run's final adapter folder (its checkpoint holds the same weights).
+STATE_SKIP = frozenset(
+    {
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "vocab.json",
+        "merges.txt",
+        "special_tokens_map.json",
+        "added_tokens.json",
+        "chat_template.jinja",
+        "README.md",
+    }
+)
+#: The device returns at most 8 files of 16 MiB: the state gets 6 of them, the leg's device.txt and summary the rest.
+STATE_PART_BYTES = 16 * MIB
+STATE_MAX_PARTS = 6
+
+
+def _state_member(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    parts = Path(info.name).parts
+    in_checkpoint = any(p.startswith("checkpoint-") for p in parts[:-1])
+    if (in_checkpoint and parts[-1] in STATE_SKIP) or (len(parts) >= 2 and parts[-2:] == ("run", "adapter")):
+        return None
+    return info
+
+
+def pack_state(folder: Path, out: Path, part_bytes: int = STATE_PART_BYTES, max_parts: int = STATE_MAX_PARTS) -> int:
+    """Write `folder` (a leg's runs: checkpoints, curves, logs) as a tar in parts of at most `part_bytes` to `out`, with
+    state.json (each part's size and sha256); returns the number of parts. Why: a resumed run needs its newest
+    checkpoint, optimizer included, and a call returns files of at most 16 MiB. One line, and nothing left in `out`,
+    when the state needs more than `max_parts` parts."""
+    if not folder.is_dir():
+        raise LimitError(f"no state to pack: {folder} is not a folder")
+    out.mkdir(parents=True, exist_ok=True)
+    whole = out / "state.tar"
+    with tarfile.open(whole, "w") as tar:
+        tar.add(folder, arcname=folder.name, filter=_state_member)
+    size = whole.stat().st_size
+    if -(-size // part_bytes) > max_parts:
+        whole.unlink()
+        raise LimitError(
+            f"the state of {folder} is {size / MIB:.1f} MiB: over {max_parts} parts of {part_bytes / MIB:g} MiB, what "
+            "one call can return beside its other files"
+        )
+    parts = []
+    with open(whole, "rb") as f:
+        while block := f.read(part_bytes):
+            name = f"state.tar.part{len(parts):03d}"
+            (out / name).write_bytes(block)
+            parts.append({"name": name, "size": len(block), "sha256": hashlib.sha256(block).hexdigest()})
+    document = {"folder": folder.name, "size": size, "sha256": sha256(whole), "parts": parts}
+    whole.unlink()
+    (out / "state.json").write_text(json.dumps(document, indent=1))
+    return len(parts)
+
+
+def unpack_state(state: Path, into: Path) -> Path:
+    """Check and join the parts `pack_state` wrote (carried back as `state`), extract them into `into`; returns the
+    runs' folder. One line, before anything is extracted, for a missing or damaged part."""
+    if not (state / "state.json").is_file():
+        raise LimitError(f"no state.json in {state}: carry the folder `collect` wrote")
+    document = json.loads((state / "state.json").read_text())
+    for part in document["parts"]:
+        path = state / part["name"]
+        if not path.is_file() or sha256(path) != part["sha256"]:
+            raise LimitError(f"{path} is missing or does not match its sha256; collect the last leg's files again")
+    into.mkdir(parents=True, exist_ok=True)
+    whole = into / ".state.tar"
+    with open(whole, "wb") as out:
+        for part in document["parts"]:
+            with open(state / part["name"], "rb") as f:
+                shutil.copyfileobj(f, out, 1 << 22)
+    try:
+        if sha256(whole) != document["sha256"]:
+            raise LimitError(
+                f"the parts in {state} do not join to the packed state; collect the last leg's files again"
+            )
+        with tarfile.open(whole) as tar:
+            tar.extractall(into, filter="data")
+    finally:
+        whole.unlink()
+    return into / document["folder"]
 
 
 def device_name() -> str:
@@ -783,16 +932,21 @@ def run_stage(
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def collect(files_at: Path, results: Path = ROOT / "results/gpu") -> list[Path]:
-    """Copy a call's returned files into results/gpu/; the call must have named its device (the plan's `stamp`
-    writes files_at/device.txt, and the field or first line in the files that take one)."""
+def collect(files_at: Path, results: Path = ROOT / "results/gpu", state: Path = ROOT / STATE) -> list[Path]:
+    """Copy a call's returned files into results/gpu/, and a leg's state (files_at/state/, the parts of model weights
+    and optimizer, kept out of git) into `state`, replacing the previous leg's: the next leg's call carries it. The
+    call must have named its device (the plan's `stamp` writes files_at/device.txt, and the field or first line in
+    the files that take one)."""
     marker = files_at / DEVICE_FILE
     if not (marker.is_file() and marker.read_text().startswith("# device: ")):
         raise LimitError(f"{files_at} does not name its device; run `{TOOL} stamp $OUT` at the end of the call")
+    returned = sorted(p for p in files_at.rglob("*") if p.is_file())
+    if (files_at / "state" / "state.json").is_file():
+        shutil.rmtree(state, ignore_errors=True)
     copied = []
-    results.mkdir(parents=True, exist_ok=True)
-    for path in sorted(p for p in files_at.rglob("*") if p.is_file()):
-        target = results / path.relative_to(files_at)
+    for path in returned:
+        relative = path.relative_to(files_at)
+        target = state / relative.relative_to("state") if relative.parts[0] == "state" else results / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
         copied.append(target)
@@ -819,7 +973,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--payload", type=Path, default=PAYLOAD)
     p.add_argument("--kind", default="nvidia-h100-x1")
     p.add_argument("--train-calls", type=int, default=2, help="10-minute pieces of the GPU reproduction's training")
-    p.add_argument("--issue", type=int, choices=[35], help="issue 35's items 1-3 in sessions (two payloads)")
+    p.add_argument(
+        "--issue",
+        type=int,
+        choices=[34, 35],
+        help="34: item 5's next leg (a --training-only payload); 35: items 1-3 in sessions (two payloads)",
+    )
     p.add_argument("--payload-no-weights", type=Path, default=PAYLOAD_NO_WEIGHTS, help="--issue 35: the 7B parts'")
     p.add_argument("--adapter", default=COMMITTED_ADAPTER, help="--issue 35: Table 2's adapter, carried")
     p.add_argument("--budget-min", type=float, default=ISSUE35_BUDGET_MIN, help="--issue 35: minutes in all")
@@ -837,7 +996,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decoding", choices=DECODINGS, default="paper", help="benchmarks: greedy or the paper's runs")
     p.add_argument("--limit", type=int, help="benchmarks: at most this many problems each (a CPU check)")
     p.add_argument("--max-new-tokens", type=int, help="benchmarks: this token budget everywhere (a CPU check)")
-    p = sub.add_parser("collect", help="copy a call's returned files (files_at) into results/gpu/")
+    p = sub.add_parser("pack-state", help="(GPU) a leg's runs as parts of at most 16 MiB and state.json, in --out")
+    p.add_argument("folder", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("unpack-state", help="check and extract a returned state (GPU: before a leg; CPU: to read it)")
+    p.add_argument("state", type=Path)
+    p.add_argument("--into", type=Path, required=True)
+    p = sub.add_parser("collect", help="copy a call's returned files (files_at) into results/gpu/ (a state: runs/)")
     p.add_argument("files_at", type=Path)
     args = parser.parse_args(argv)
     try:
@@ -849,6 +1014,8 @@ def main(argv: list[str] | None = None) -> int:
             payloads = {"weights": args.payload, "no-weights": args.payload_no_weights}
             manifests = {name: read_manifest(folder, name) for name, folder in payloads.items()}
             print_sessions(issue35_plan(manifests, args.kind, payloads, args.adapter, args.budget_min))
+        elif args.command == "plan" and args.issue == 34:
+            print_sessions(issue34_plan(read_manifest(args.payload), args.kind, args.payload))
         elif args.command == "plan":
             manifest = read_manifest(args.payload)
             for number, call in enumerate(plan(manifest, args.kind, args.payload, args.train_calls), 1):
@@ -862,9 +1029,15 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "stage":
             extra = (args.model, args.decoding, args.limit, args.max_new_tokens)
             print(run_stage(args.name, args.adapter, args.out, *extra))
+        elif args.command == "pack-state":
+            print(f"packed {args.folder} in {pack_state(args.folder, args.out)} parts in {args.out}")
+        elif args.command == "unpack-state":
+            print(f"unpacked {unpack_state(args.state, args.into)}")
         elif args.command == "collect":
-            print(f"copied {len(collect(args.files_at))} files to results/gpu/")
-    except (LimitError, subprocess.CalledProcessError, OSError) as err:
+            copied = collect(args.files_at)
+            state = sum(1 for p in copied if p.is_relative_to(ROOT / STATE))
+            print(f"copied {len(copied) - state} files to results/gpu/" + (f", {state} to {STATE}/" if state else ""))
+    except (LimitError, subprocess.CalledProcessError, OSError, tarfile.TarError) as err:
         print(f"gpu_session: error: {str(err).splitlines()[0] if str(err) else type(err).__name__}", file=sys.stderr)
         return 2
     return 0

@@ -298,6 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+#: Settings that say where a run is, not how it runs: a run carried to another folder (the next GPU session's machine
+#: unpacks it wherever its script says) continues there.
+WHERE = ("out",)
+
+
 def resumed(out: Path, settings: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The summary of the unfinished run in `out` and its curve rows up to its newest checkpoint (the step training
     continues from; none without a checkpoint, when training starts again from step 0). Refused in one line, before
@@ -307,9 +312,10 @@ def resumed(out: Path, settings: dict[str, Any]) -> tuple[dict[str, Any], list[d
     summary = json.loads((out / "summary.json").read_text())
     if summary.get("finished"):
         raise SystemExit(f"--resume: the run in {out} finished at step {summary['steps_run']}; nothing to continue")
-    if summary["settings"] != settings:
-        changed = _changed(summary["settings"], settings)
+    changed = [key for key in _changed(summary["settings"], settings) if key not in WHERE]
+    if changed:
         raise SystemExit(f"--resume: {out} was run with other settings ({', '.join(changed)}); pass the same flags")
+    summary["settings"].update({key: settings[key] for key in WHERE})
     summary.setdefault("legs", [])
     checkpoint = last_checkpoint(out / "run")
     step = int(checkpoint.name.split("-")[-1]) if checkpoint else -1
