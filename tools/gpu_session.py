@@ -164,6 +164,20 @@ def tree_bytes(root: Path = ROOT) -> int:
     return sum((root / n.decode()).stat().st_size for n in names if n and (root / n.decode()).is_file())
 
 
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files under `folder`: what a call carries when it names that folder."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def check_carried(what: str, carried: int, tree: int) -> None:
+    """One line when `what` (`carried` bytes) and the working tree (`tree` bytes) are over one call's 64 MiB."""
+    if tree + carried > CALL_BYTES:
+        raise LimitError(
+            f"{what} ({carried / MIB:.1f} MiB) with the working tree ({tree / MIB:.1f} MiB) is over the device's "
+            f"{CALL_BYTES // MIB} MiB per call"
+        )
+
+
 def load_budget(root: Path = ROOT, load_mib: float | None = None, margin: int = 2 * MIB) -> int:
     """Bytes one load may hold: 64 MiB less the working tree and a margin (manifest, slack); `load_mib` caps it."""
     room = CALL_BYTES - tree_bytes(root) - margin
@@ -527,12 +541,7 @@ def issue35_plan(
     adapter_dir = root / adapter
     if not (adapter_dir / "adapter_config.json").is_file():
         raise LimitError(f"no LoRA adapter at {adapter}; restore it first (dvc pull, or the train_gapo stage)")
-    adapter_bytes = sum(p.stat().st_size for p in adapter_dir.rglob("*") if p.is_file())
-    if tree + adapter_bytes > CALL_BYTES:
-        raise LimitError(
-            f"the adapter {adapter} ({adapter_bytes / MIB:.1f} MiB) with the working tree ({tree / MIB:.1f} MiB) is "
-            f"over the device's {CALL_BYTES // MIB} MiB per call"
-        )
+    check_carried(f"the adapter {adapter}", folder_bytes(adapter_dir), tree)
     for manifest in manifests.values():
         check_loads(manifest, tree)
     sessions: list[list[dict[str, Any]]] = []
@@ -620,7 +629,7 @@ LEG_SOURCE = (
 
 def state_bytes(state: Path) -> int:
     """The bytes a leg's call carries: the state the previous leg returned (0 before the first leg)."""
-    return sum(p.stat().st_size for p in state.rglob("*") if p.is_file()) if (state / "state.json").is_file() else 0
+    return folder_bytes(state) if (state / "state.json").is_file() else 0
 
 
 def issue34_plan(
@@ -639,11 +648,7 @@ def issue34_plan(
     tree = tree_bytes(root) if tree is None else tree
     check_loads(manifest, tree)
     carried = state_bytes(root / state)
-    if tree + carried > CALL_BYTES:
-        raise LimitError(
-            f"the state in {state} ({carried / MIB:.1f} MiB) with the working tree ({tree / MIB:.1f} MiB) is over the "
-            f"device's {CALL_BYTES // MIB} MiB per call"
-        )
+    check_carried(f"the state in {state}", carried, tree)
     session = staging_calls(manifest, payload, "training")
     leg = {"command": f"TL={LEG_TRAIN_SECONDS} bash {LEG}", "timeout_s": COMMAND_SECONDS}
     if carried:
