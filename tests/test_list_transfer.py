@@ -66,25 +66,26 @@ def test_resume_continues_a_run_stopped_by_its_time_limit_in_a_later_leg(tmp_pat
     """On a lent GPU the budget is the clock, and a run spans sessions: leg 1 stops past its --time-limit, scores the
     step that ended and saves a checkpoint; leg 2 (--resume, the same flags, another limit) continues from it, keeps
     leg 1's scorings and ends the run. With num_iterations 2 each batch of rollouts serves two steps, so 4 steps
-    generate 2 batches."""
+    generate 2 batches, and leg 1 stops at step 2, not 1: a stop inside a batch would train on it once, as the
+    resumed leg generates afresh."""
     out = tmp_path / "lt"
-    flags = [*_tiny(steps=4, eval_every=2, score_lists=1, batch=4), "--set", "num_iterations=2", "--out", str(out)]
+    flags = [*_tiny(steps=4, eval_every=3, score_lists=1, batch=4), "--set", "num_iterations=2", "--out", str(out)]
     assert list_transfer.main([*flags, "--time-limit", "0.001"]) == 0
     summary = json.loads((out / "summary.json").read_text())
-    assert not summary["finished"] and summary["stopped_by_time_limit"] and summary["steps_run"] == 1
-    assert sorted(map(int, summary["means"])) == [0, 1]  # the start and the step it stopped at
+    assert not summary["finished"] and summary["stopped_by_time_limit"] and summary["steps_run"] == 2
+    assert sorted(map(int, summary["means"])) == [0, 2]  # the start and the step it stopped at, a batch's end
     assert summary["visits_per_list"] == 0.5  # 1 batch x 1 prompt / 2 lists
     assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3
-    assert (out / "run" / "checkpoint-1").is_dir()  # saved at the limit, for --resume
+    assert (out / "run" / "checkpoint-2").is_dir()  # saved at the limit, for --resume
     with pytest.raises(SystemExit, match="other settings \\(seed, train.seed\\)"):
         list_transfer.main([*flags, "--seed", "1", "--resume"])
     assert list_transfer.main([*flags, "--resume"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["finished"] and not summary["stopped_by_time_limit"] and summary["steps_run"] == 4
-    assert sorted(map(int, summary["means"])) == [0, 1, 2, 4]  # leg 1's start and stop, leg 2's scorings
+    assert sorted(map(int, summary["means"])) == [0, 2, 3, 4]  # leg 1's start and stop, leg 2's scorings
     assert [(leg["from_step"], leg["to_step"], leg["time_limit"]) for leg in summary["legs"]] == [
-        (0, 1, 0.001),
-        (1, 4, None),
+        (0, 2, 0.001),
+        (2, 4, None),
     ]
     assert summary["seconds"] == pytest.approx(sum(leg["seconds"] for leg in summary["legs"]), abs=0.2)
     assert summary["rollouts"] == 2 * 4 and summary["visits_per_list"] == 1.0  # 2 batches x 1 prompt x G=4; 2 / 2 lists

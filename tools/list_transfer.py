@@ -126,9 +126,10 @@ class Score(TrainerCallback):
     """Scores the live policy on every set of `lists` before the first step and every `eval_every` steps, `n` samples
     a list, keeps one row per list and step in `rows`, and calls `on_score(step)` after each scoring (main writes
     curve.csv and summary.json there). With `time_limit` (seconds from the start of this leg of training), stops
-    training at the first step that ends past it, after scoring that step, and has the trainer save a checkpoint there
-    (a later `--resume` continues from it); `stopped_at` is then that step. A resumed run starts with the `rows` it
-    had scored, and does not score its first step again."""
+    training at the first step that ends past it and ends a batch of rollouts (a multiple of `num_iterations`), after
+    scoring that step, and has the trainer save a checkpoint there (a later `--resume` continues from it);
+    `stopped_at` is then that step. A resumed run starts with the `rows` it had scored, and does not score its first
+    step again."""
 
     def __init__(
         self,
@@ -175,7 +176,10 @@ class Score(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
         step = state.global_step
-        out_of_time = self.time_limit is not None and time.perf_counter() - self.started > self.time_limit
+        # a stop lands on a batch boundary: with num_iterations mu, a batch of rollouts serves mu steps, and a
+        # resumed leg generates afresh, so stopping inside a batch would train on it fewer than mu times
+        boundary = step % getattr(args, "num_iterations", 1) == 0
+        out_of_time = self.time_limit is not None and boundary and time.perf_counter() - self.started > self.time_limit
         if step % self.eval_every == 0 or step == state.max_steps or out_of_time:
             self.score(model, step)
         if out_of_time and step < state.max_steps:
