@@ -53,3 +53,14 @@ def test_a_run_cut_short_is_read_from_its_curve_and_drawn(tmp_path: Path, capsys
     assert png.stat().st_size > 10_000
     with pytest.raises(SystemExit):
         transfer_table.main([f"x={tmp_path / 'missing'}"])  # one line, no traceback
+
+
+def test_by_step_reads_a_learning_curve_down_the_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--by-step`: a row per recipe and scored step, the mean over seeds ± half their range; one run, its value."""
+    a, b = _run(tmp_path / "a", 0, 0.1), _run(tmp_path / "b", 1, 0.3)
+    c = _run(tmp_path / "c", 0, 0.2)
+    assert transfer_table.main(["--by-step", f"x={a}", f"x={b}", f"y={c}"]) == 0
+    cells = [[cell.strip() for cell in line.split("|")] for line in capsys.readouterr().out.splitlines()[2:]]
+    column = 4 + transfer_table.COLUMNS.index("heldin/jsd_valid")
+    assert [row[1:4] for row in cells] == [["x", "2", "0"], ["x", "2", "150"], ["y", "1", "0"], ["y", "1", "150"]]
+    assert [row[column] for row in cells] == ["0.500 ±0.000", "0.200 ±0.100", "0.500", "0.200"]

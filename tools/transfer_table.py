@@ -6,11 +6,14 @@ summary.json, or "-" for a run cut short before one was written (list_transfer b
 seed and, before training and at its last scored step, each set's mean JSD and JSD among valid answers; per recipe
 with two runs or more, the mean over seeds ± half their range at the last step: a difference between two recipes
 means something only beyond those bands. `--figure PATH` draws each recipe's curves (mean over its seeds): JSD among
-valid answers and the invalid share of each set against the step.
+valid answers and the invalid share of each set against the step. `--by-step` prints instead one row per recipe and
+scored step (the steps all its seeds scored), each cell the mean over seeds ± half their range, or the one run's value:
+a learning curve, where the default table has only its ends.
 
     python tools/transfer_table.py linear=runs/item4/linear_s0 linear=runs/item4/linear_s1 \
         constant=runs/item4/constant_s0 constant=runs/item4/constant_s1
     python tools/transfer_table.py --figure results/gpu/item5/curves.png "lr 1e-4=results/gpu/item5/constant_s0" ...
+    python tools/transfer_table.py --by-step k64=runs/transfer/k64_committed_s0 k64=runs/transfer/k64_committed_s1
 """
 
 from __future__ import annotations
@@ -70,6 +73,21 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def by_step_table(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """One row per recipe and step its seeds all scored: each column's mean over seeds ± half their range (a single
+    run's value alone), so a curve reads down the rows."""
+    lines = ["| recipe | seeds | step | " + " | ".join(COLUMNS) + " |", "|" + "---|" * (3 + len(COLUMNS))]
+    for recipe, seeds in runs.items():
+        for step in sorted(set.intersection(*(set(r["by_step"]) for r in seeds))):
+            cells = []
+            for column in COLUMNS:
+                values = [r["by_step"][step][column] for r in seeds]
+                mean = sum(values) / len(values)
+                cells.append(f"{mean:.3f}" + (f" ±{(max(values) - min(values)) / 2:.3f}" if len(values) > 1 else ""))
+            lines.append(f"| {recipe} | {len(seeds)} | {step} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def figure(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
     """Per set, each recipe's JSD among valid answers (top) and invalid share (bottom) against the step, averaged over
     its seeds at the steps they share."""
@@ -102,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="RECIPE=DIR")
     parser.add_argument("--figure", type=Path, default=None, help="also draw each recipe's curves to this PNG")
+    parser.add_argument("--by-step", action="store_true", help="a row per recipe and scored step (a learning curve)")
     args = parser.parse_args(argv)
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for item in args.runs:
@@ -112,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             runs[recipe].append(read_run(directory))
         except (OSError, ValueError, KeyError) as exc:
             parser.error(f"{directory}: not a list_transfer run ({exc})")
-    print(table(runs), end="")
+    print(by_step_table(runs) if args.by_step else table(runs), end="")
     if args.figure is not None:
         figure(runs, args.figure)
     return 0
