@@ -178,7 +178,7 @@ class Score(TrainerCallback):
         step = state.global_step
         # a stop lands on a batch boundary: with num_iterations mu, a batch of rollouts serves mu steps, and a
         # resumed leg generates afresh, so stopping inside a batch would train on it fewer than mu times
-        boundary = step % getattr(args, "num_iterations", 1) == 0
+        boundary = step % args.num_iterations == 0
         out_of_time = self.time_limit is not None and boundary and time.perf_counter() - self.started > self.time_limit
         if step % self.eval_every == 0 or step == state.max_steps or out_of_time:
             self.score(model, step)

@@ -58,6 +58,16 @@ def read_run(directory: str | Path) -> dict[str, Any]:
     }
 
 
+def band(values: list[float]) -> tuple[float, float]:
+    """The mean of a recipe's seeds and half their range: the band a difference between recipes must clear."""
+    return sum(values) / len(values), (max(values) - min(values)) / 2
+
+
+def shared_steps(seeds: list[dict[str, Any]]) -> list[int]:
+    """The steps every seed of a recipe scored, in order."""
+    return sorted(set.intersection(*(set(r["by_step"]) for r in seeds)))
+
+
 def table(runs: dict[str, list[dict[str, Any]]]) -> str:
     """Rows per run (before -> after), then per recipe the mean and spread over seeds of the last step."""
     head = "| recipe | seed | step | " + " | ".join(COLUMNS) + " |"
@@ -67,8 +77,7 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
             cells = [f"{run['first'][c]:.3f} -> {run['last'][c]:.3f}" for c in COLUMNS]
             lines.append(f"| {recipe} | {run['seed']} | {run['step']} | " + " | ".join(cells) + " |")
         if len(seeds) > 1:
-            values = {c: [r["last"][c] for r in seeds] for c in COLUMNS}
-            cells = [f"**{sum(v) / len(v):.3f}** ±{(max(v) - min(v)) / 2:.3f}" for v in values.values()]
+            cells = ["**{:.3f}** ±{:.3f}".format(*band([r["last"][c] for r in seeds])) for c in COLUMNS]
             lines.append(f"| {recipe}, mean of {len(seeds)} | - | - | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -78,12 +87,11 @@ def by_step_table(runs: dict[str, list[dict[str, Any]]]) -> str:
     run's value alone), so a curve reads down the rows."""
     lines = ["| recipe | seeds | step | " + " | ".join(COLUMNS) + " |", "|" + "---|" * (3 + len(COLUMNS))]
     for recipe, seeds in runs.items():
-        for step in sorted(set.intersection(*(set(r["by_step"]) for r in seeds))):
+        for step in shared_steps(seeds):
             cells = []
             for column in COLUMNS:
-                values = [r["by_step"][step][column] for r in seeds]
-                mean = sum(values) / len(values)
-                cells.append(f"{mean:.3f}" + (f" ±{(max(values) - min(values)) / 2:.3f}" if len(values) > 1 else ""))
+                mean, half = band([r["by_step"][step][column] for r in seeds])
+                cells.append(f"{mean:.3f}" + (f" ±{half:.3f}" if len(seeds) > 1 else ""))
             lines.append(f"| {recipe} | {len(seeds)} | {step} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -98,7 +106,7 @@ def figure(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
 
     fig, axes = plt.subplots(2, len(SETS), figsize=(4 * len(SETS), 6), sharex=True, sharey="row")
     for recipe, seeds in runs.items():
-        steps = sorted(set.intersection(*(set(r["by_step"]) for r in seeds)))
+        steps = shared_steps(seeds)
         for column, name in enumerate(SETS):
             for row, metric in enumerate(("jsd_valid", "invalid")):
                 key = f"{name}/{metric}"
