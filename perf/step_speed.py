@@ -27,12 +27,16 @@ Commands (CPU, 2 cores)
     .venv/bin/python -m perf.step_speed --quick    # embedded 0.5B, G=16, 3 steps each
     .venv/bin/python -m perf.step_speed            # embedded 0.5B, G=16 and G=32
     .venv/bin/python -m perf.step_speed --sweep    # log-prob pass vs G and prompt length
+    .venv/bin/python -m perf.step_speed --num_generations 32 --num_iterations 2    # TRL's mu 2: a batch of rollouts
+        # serves 2 steps; the step that generates and the one that reuses the batch are timed apart
 GPU, random weights with Qwen2.5-7B-Instruct's architecture at the paper's G=32, LoRA r=64 (see docs/performance.md):
     python -m perf.step_speed --model_config gapo/resources/qwen2.5-7b-instruct-config.json \
         --num_generations 32 --lora_r 64 --lora_target all --max_completion_length 64 --steps 5
 
 The last line printed is `speedup_vs_trl=X.XX`: TRL's median step time over GAPOTrainer's (the smallest ratio over
-the G values run). With `--sweep` it is the log-prob pass ratio at G=16 and the dataset's prompt length.
+the G values run); with `--num_iterations` above 1, their times for a batch of rollouts (the generating step's median
+plus mu - 1 times the reusing steps'). With `--sweep` it is the log-prob pass ratio at G=16 and the dataset's prompt
+length.
 """
 
 from __future__ import annotations
@@ -83,6 +87,14 @@ class Args:
         default=None, metadata={"help": "G values (one prompt per step). Default: 16 with --quick, else 16 32."}
     )
     steps: int | None = field(default=None, metadata={"help": "Timed steps per trainer (default 3 quick, 4 full)."})
+    num_iterations: int = field(
+        default=1,
+        metadata={
+            "help": "TRL's mu: optimizer steps per batch of rollouts (both trainers). Above 1, the steps that generate "
+            "and those that reuse the batch are reported apart, and a batch's time (one of the first, mu - 1 of the "
+            "second) is what the speed-up and rollouts per minute compare; --steps must then hold both kinds."
+        },
+    )
     repeats: int = field(default=2, metadata={"help": "--sweep: runs per point and path, alternating; the minimum."})
     micro_batch: int = field(
         default=16,
@@ -128,6 +140,13 @@ class Args:
             self.steps = 3 if self.quick else 4
         if self.warmup is None:
             self.warmup = 0 if self.quick else 1
+        if self.num_iterations < 1:
+            raise ValueError(f"--num_iterations must be >= 1, got {self.num_iterations}")
+        if self.num_iterations > 1 and self.steps < self.num_iterations:
+            raise ValueError(
+                f"--steps {self.steps} must be >= --num_iterations {self.num_iterations}: the timed steps must hold "
+                "a step that generates and one that reuses the batch"
+            )
         if any(g % self.micro_batch and self.micro_batch % g for g in self.num_generations):
             raise ValueError(f"--micro_batch {self.micro_batch} and G {self.num_generations} must divide one another")
         if self.lora_target not in ("attention", "all"):
@@ -266,6 +285,8 @@ def make_step_timer(name: str, baton: Baton, memory: PeakMemory, seed: int) -> A
                 baton.wait(name)
             self._holding = False
             reseed(seed + state.global_step)
+            # TRL generates at the steps that are multiples of mu (one generation batch a step here) and reuses it after
+            self._generates = state.global_step % getattr(args, "num_iterations", 1) == 0
             self.trainer._bench = dict.fromkeys(("generate_score", "logp_forward_loss", "train_step"), 0.0)
             self.trainer._bench.update(prompt_tokens=0, completion_tokens=0)
             memory.begin(measure_rss=not self.records)  # CPU: the first step only
@@ -284,6 +305,7 @@ def make_step_timer(name: str, baton: Baton, memory: PeakMemory, seed: int) -> A
                 "optimizer_other_s": total - parts["train_step"],
                 "prompt_tokens": parts["prompt_tokens"],
                 "completion_tokens": parts["completion_tokens"],
+                "generates": float(self._generates),
                 **memory.end(),
             }
             self.records.append(record)
@@ -386,6 +408,7 @@ def build_trainer(name: str, args: Args, g: int, max_steps: int, output_dir: str
         num_generations=g,
         max_completion_length=args.max_completion_length,
         max_steps=max_steps,
+        num_iterations=args.num_iterations,
         learning_rate=1e-5,
         beta=0.0,
         temperature=1.0,
@@ -478,6 +501,7 @@ def run_trainers(args: Args, g: int, names: list[str], max_steps: int) -> dict[s
 def run_pair(args: Args, g: int) -> dict[str, Any]:
     result = run_trainers(args, g, ["trl", "gapo"], args.warmup + args.steps)
     result["micro_batch"] = min(g, args.micro_batch)
+    result["num_iterations"] = args.num_iterations
     result["warmup"] = args.warmup
     records = result["records"]
     if DEVICE == "cuda":
@@ -522,7 +546,29 @@ def medians(records: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(r[k] for r in records) for k in records[0]}
 
 
+def kinds(records: list[dict[str, float]], mu: int) -> dict[str, tuple[float, dict[str, float]]]:
+    """A trainer's step medians by kind, each with how many steps of a batch of rollouts it makes: one kind,
+    ``step`` (x1), at mu 1; ``generating`` (x1) and ``reusing`` (x mu - 1) apart above, where a step that reuses
+    the batch skips generation and costs another kind of time."""
+    if mu == 1:
+        return {"step": (1.0, medians(records))}
+    out = {}
+    for name, flag, weight in (("generating", 1.0, 1.0), ("reusing", 0.0, float(mu - 1))):
+        chosen = [r for r in records if r["generates"] == flag]
+        if not chosen:
+            raise ValueError(f"no {name} step among the timed ones: give more --steps")
+        out[name] = (weight, medians(chosen))
+    return out
+
+
+def per_batch(by_kind: dict[str, tuple[float, dict[str, float]]], key: str) -> float:
+    """Seconds of `key` in one batch of rollouts (one step at mu 1): each kind's median times its steps a batch."""
+    return sum(weight * med[key] for weight, med in by_kind.values())
+
+
 def print_pair(g: int, result: dict[str, Any]) -> float:
+    mu = result.get("num_iterations", 1)
+    by_kind = {n: kinds(r, mu) for n, r in result["records"].items()}
     med = {n: medians(r) for n, r in result["records"].items()}
     n_steps = len(result["records"]["trl"])
     memory = result["memory"]
@@ -532,45 +578,65 @@ def print_pair(g: int, result: dict[str, Any]) -> float:
         + (f" (after {result['warmup']} warm-up)" if result["warmup"] else "")
         + "; one prompt (G rows) per step"
         + (f", in {g // micro} micro-batches of {micro} rows" if micro < g else "")
+        + (
+            f"; num_iterations {mu}: each batch of rollouts serves {mu} steps, 1 generating and {mu - 1} reusing"
+            if mu > 1
+            else ""
+        )
     )
     print(
         f"  tokens per step: prompt {med['trl']['prompt_tokens']:.0f}, "
         f"completion {med['trl']['completion_tokens']:.0f} (TRL) / {med['gapo']['completion_tokens']:.0f} (GAPO)"
     )
     mem_labels = list(memory["trl"])
-    header = f"  {'trainer':<21}" + "".join(f"{label:>16}" for _, label in COLUMNS) + f"{'logp fwd+bwd s':>16}"
+    width = 21 if mu == 1 else 32
+    header = f"  {'trainer':<{width}}" + "".join(f"{label:>16}" for _, label in COLUMNS) + f"{'logp fwd+bwd s':>16}"
     header += f"{'tokens/s':>10}" + "".join(f"{label:>17}" for label in mem_labels)
     print(header)
     for name, label in (("trl", "TRL GRPOTrainer"), ("gapo", "GAPOTrainer")):
-        m = med[name]
-        tokens_per_s = (m["prompt_tokens"] + m["completion_tokens"]) / m["step_s"]
-        row = f"  {label:<21}" + "".join(f"{m[k]:>16.2f}" for k, _ in COLUMNS)
-        row += f"{m['logp_forward_loss_s'] + m['backward_s']:>16.2f}{tokens_per_s:>10.1f}"
-        row += "".join(f"{memory[name][k]:>17.2f}" for k in mem_labels)
-        print(row)
-    if DEVICE == "cuda":
+        for kind, (_, m) in by_kind[name].items():
+            tokens_per_s = (m["prompt_tokens"] + m["completion_tokens"]) / m["step_s"]
+            name_kind = label if mu == 1 else f"{label}, {kind}"
+            row = f"  {name_kind:<{width}}" + "".join(f"{m[k]:>16.2f}" for k, _ in COLUMNS)
+            row += f"{m['logp_forward_loss_s'] + m['backward_s']:>16.2f}{tokens_per_s:>10.1f}"
+            row += "".join(f"{memory[name][k]:>17.2f}" for k in mem_labels)
+            print(row)
+    if DEVICE == "cuda" and mu == 1:
         params = result["model_params"]
         for name, label in (("trl", "TRL GRPOTrainer"), ("gapo", "GAPOTrainer")):
             m = med[name]
             flops = step_flops(params, m["prompt_tokens"], m["completion_tokens"])
             m["bf16_peak_share"] = flops / m["step_s"] / H100_BF16_PEAK
             print(f"  {label}: {flops / 1e12:.1f} TFLOP a step, {100 * m['bf16_peak_share']:.1f}% of bf16 peak")
-    step_ratio = med["trl"]["step_s"] / med["gapo"]["step_s"]
-    logp_ratio = (med["trl"]["logp_forward_loss_s"] + med["trl"]["backward_s"]) / (
-        med["gapo"]["logp_forward_loss_s"] + med["gapo"]["backward_s"]
+    batch = {
+        n: {k: per_batch(by_kind[n], k) for k in ("step_s", "generate_score_s", "logp_forward_loss_s", "backward_s")}
+        for n in by_kind
+    }
+    step_ratio = batch["trl"]["step_s"] / batch["gapo"]["step_s"]
+    logp_ratio = (batch["trl"]["logp_forward_loss_s"] + batch["trl"]["backward_s"]) / (
+        batch["gapo"]["logp_forward_loss_s"] + batch["gapo"]["backward_s"]
     )
-    gen_ratio = med["trl"]["generate_score_s"] / med["gapo"]["generate_score_s"]
+    gen_ratio = batch["trl"]["generate_score_s"] / batch["gapo"]["generate_score_s"]
+    unit = "whole step" if mu == 1 else "batch of rollouts"
+    if mu > 1:
+        print(
+            "  a batch of rollouts: "
+            + ", ".join(f"{label} {batch[n]['step_s']:.2f} s" for n, label in (("trl", "TRL"), ("gapo", "GAPO")))
+        )
     print(
-        f"  speedup: whole step {step_ratio:.2f}x, log-prob fwd+bwd {logp_ratio:.2f}x, "
-        f"generation+scoring {gen_ratio:.2f}x"
+        f"  speedup: {unit} {step_ratio:.2f}x, log-prob fwd+bwd {logp_ratio:.2f}x, generation+scoring {gen_ratio:.2f}x"
     )
-    per_min = {n: 60 * g / med[n]["step_s"] for n in med}
-    print(f"  rollouts per minute: TRL {per_min['trl']:.0f}, GAPO {per_min['gapo']:.0f} ({g} a step)")
+    per_min = {n: 60 * g / batch[n]["step_s"] for n in batch}
+    print(
+        f"  rollouts per minute: TRL {per_min['trl']:.0f}, GAPO {per_min['gapo']:.0f} "
+        f"({g} a {'step' if mu == 1 else 'batch'})"
+    )
     if result["shared_prompt_fallback"]:
         print(f"  NOTE: GAPOTrainer fell back to TRL's log-prob path: {result['shared_prompt_fallback']}")
     if result["generation_fallback"]:
         print(f"  NOTE: GAPOTrainer fell back to TRL's generation: {result['generation_fallback']}")
-    result["medians"] = med
+    result["medians"] = med if mu == 1 else {n: {k: m for k, (_, m) in by_kind[n].items()} for n in by_kind}
+    result["per_batch"] = batch
     result["speedup"] = {"step": step_ratio, "logp": logp_ratio, "generate_score": gen_ratio}
     result["rollouts_per_min"] = per_min
     return step_ratio
