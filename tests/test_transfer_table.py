@@ -39,6 +39,10 @@ def test_seeds_of_a_recipe_are_averaged_with_their_band(tmp_path: Path, capsys: 
     assert [row[column] for row in cells] == ["0.500 -> 0.100", "0.500 -> 0.300", "**0.200** ±0.100", "0.500 -> 0.200"]
     with pytest.raises(SystemExit):
         transfer_table.main([a])  # no RECIPE=
+    with pytest.raises(SystemExit):
+        transfer_table.main([f"={a}"])  # an empty recipe name
+    assert transfer_table.main([f"k=64={a}"]) == 0  # a name with "=" in it: the directory is after the last one
+    assert capsys.readouterr().out.splitlines()[2].split("|")[1].strip() == "k=64"
 
 
 def test_a_run_cut_short_is_read_from_its_curve_and_drawn(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

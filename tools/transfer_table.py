@@ -1,10 +1,10 @@
 """A markdown table of `tools/list_transfer.py` runs, recipe by recipe over seeds (issue 34, item 4).
 
-Each argument is ``RECIPE=DIR`` (a run's --out); runs that share a recipe name are its seeds. The means are read
-from the run's curve.csv (one row per list and scored step; what summary.json's means are made of), the seed from its
-summary.json, or "-" for a run cut short before one was written (list_transfer before --time-limit). Per run: its
-seed and, before training and at its last scored step, each set's mean JSD and JSD among valid answers; per recipe
-with two runs or more, the mean over seeds ± half their range at the last step: a difference between two recipes
+Each argument is ``RECIPE=DIR`` (a run's --out, split at its last "="); runs that share a recipe name are its seeds. The
+means are read from the run's curve.csv (one row per list and scored step; what summary.json's means are made of), the
+seed from its summary.json, or "-" for a run cut short before one was written (list_transfer before --time-limit). Per
+run: its seed and, before training and at its last scored step, each set's mean JSD and JSD among valid answers; per
+recipe with two runs or more, the mean over seeds ± half their range at the last step: a difference between two recipes
 means something only beyond those bands. `--figure PATH` draws each recipe's curves (mean over its seeds): JSD among
 valid answers and the invalid share of each set against the step. `--by-step` prints instead one row per recipe and
 scored step (the steps all its seeds scored), each cell the mean over seeds ± half their range, or the one run's value:
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for item in args.runs:
-        recipe, sep, directory = item.partition("=")
-        if not sep:
+        recipe, sep, directory = item.rpartition("=")  # the last "=": a recipe may be named "k=64"
+        if not sep or not recipe:
             parser.error(f"expected RECIPE=DIR, got {item!r}")
         try:
             runs[recipe].append(read_run(directory))
