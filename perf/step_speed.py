@@ -286,7 +286,7 @@ def make_step_timer(name: str, baton: Baton, memory: PeakMemory, seed: int) -> A
             self._holding = False
             reseed(seed + state.global_step)
             # TRL generates at the steps that are multiples of mu (one generation batch a step here) and reuses it after
-            self._generates = state.global_step % getattr(args, "num_iterations", 1) == 0
+            self._generates = state.global_step % args.num_iterations == 0
             self.trainer._bench = dict.fromkeys(("generate_score", "logp_forward_loss", "train_step"), 0.0)
             self.trainer._bench.update(prompt_tokens=0, completion_tokens=0)
             memory.begin(measure_rss=not self.records)  # CPU: the first step only
