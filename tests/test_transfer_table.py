@@ -12,15 +12,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import transfer_table  # noqa: E402
 
 
-def _run(path: Path, seed: int | None, last: float) -> str:
-    """A run's folder: curve.csv with two lists a set at steps 0 and 150 (heldin/jsd_valid at 150 is `last` on
+def _run(path: Path, seed: int | None, last: float, steps: tuple[int, ...] = (0, 150)) -> str:
+    """A run's folder: curve.csv with two lists a set at `steps` (heldin/jsd_valid at the last is `last` on
     average), and summary.json with its seed unless `seed` is None (a run cut short before writing one)."""
     path.mkdir()
     rows = ["step,set,list,jsd,jsd_valid,invalid,top_share"]
-    for step in (0, 150):
+    for step in steps:
         for name in transfer_table.SETS:
             for offset in (-0.05, 0.05):
-                jsd_valid = last + offset if (step, name) == (150, "heldin") else 0.5
+                jsd_valid = last + offset if (step, name) == (steps[-1], "heldin") else 0.5
                 rows.append(f"{step},{name},{name}{offset},0.5,{jsd_valid},0.5,0.5")
     (path / "curve.csv").write_text("\n".join(rows) + "\n")
     if seed is not None:
@@ -68,3 +68,18 @@ def test_by_step_reads_a_learning_curve_down_the_rows(tmp_path: Path, capsys: py
     column = 4 + transfer_table.COLUMNS.index("heldin/jsd_valid")
     assert [row[1:4] for row in cells] == [["x", "2", "0"], ["x", "2", "150"], ["y", "1", "0"], ["y", "1", "150"]]
     assert [row[column] for row in cells] == ["0.500 ±0.000", "0.200 ±0.100", "0.500", "0.200"]
+
+
+def test_steps_not_every_seed_scored_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Seeds stopped at different steps (a time limit): --by-step keeps the shared steps and says which it left out;
+    the default table says the last steps it averages differ. Seeds that agree get no note."""
+    a = _run(tmp_path / "a", 0, 0.1, steps=(0, 150, 401))
+    b = _run(tmp_path / "b", 1, 0.3, steps=(0, 150, 403))
+    assert transfer_table.main(["--by-step", f"x={a}", f"x={b}"]) == 0
+    out, err = capsys.readouterr()
+    assert [line.split("|")[3].strip() for line in out.splitlines()[2:]] == ["0", "150"]
+    assert "x: step(s) 401, 403 not scored by every seed" in err
+    assert "x: the seeds' last scored steps differ (401, 403)" in err
+    c, d = _run(tmp_path / "c", 0, 0.1), _run(tmp_path / "d", 1, 0.3)
+    assert transfer_table.main([f"y={c}", f"y={d}"]) == 0
+    assert capsys.readouterr().err == ""

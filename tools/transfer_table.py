@@ -8,7 +8,8 @@ recipe with two runs or more, the mean over seeds ± half their range at the las
 means something only beyond those bands. `--figure PATH` draws each recipe's curves (mean over its seeds): JSD among
 valid answers and the invalid share of each set against the step. `--by-step` prints instead one row per recipe and
 scored step (the steps all its seeds scored), each cell the mean over seeds ± half their range, or the one run's value:
-a learning curve, where the default table has only its ends.
+a learning curve, where the default table has only its ends. A step some seeds of a recipe did not score (a run stopped
+by its time limit), or seeds whose last scored steps differ, are named on stderr, never dropped unsaid.
 
     python tools/transfer_table.py linear=runs/item4/linear_s0 linear=runs/item4/linear_s1 \
         constant=runs/item4/constant_s0 constant=runs/item4/constant_s1
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,21 @@ def band(values: list[float]) -> tuple[float, float]:
 def shared_steps(seeds: list[dict[str, Any]]) -> list[int]:
     """The steps every seed of a recipe scored, in order."""
     return sorted(set.intersection(*(set(r["by_step"]) for r in seeds)))
+
+
+def step_notes(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """What the tables leave out or mix, one line per recipe: steps some of its seeds did not score (left out of
+    `--by-step` and the figure), and seeds whose last scored steps differ (averaged together by the default table)."""
+    notes = []
+    for recipe, seeds in runs.items():
+        dropped = sorted(set().union(*(set(r["by_step"]) for r in seeds)) - set(shared_steps(seeds)))
+        if dropped:
+            steps = ", ".join(map(str, dropped))
+            notes.append(f"{recipe}: step(s) {steps} not scored by every seed, left out of --by-step and the figure")
+        last = sorted({r["step"] for r in seeds})
+        if len(last) > 1:
+            notes.append(f"{recipe}: the seeds' last scored steps differ ({', '.join(map(str, last))})")
+    return notes
 
 
 def table(runs: dict[str, list[dict[str, Any]]]) -> str:
@@ -140,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError) as exc:
             parser.error(f"{directory}: not a list_transfer run ({exc})")
     print(by_step_table(runs) if args.by_step else table(runs), end="")
+    for note in step_notes(runs):
+        print(f"note: {note}", file=sys.stderr)
     if args.figure is not None:
         figure(runs, args.figure)
     return 0
