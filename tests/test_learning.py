@@ -95,7 +95,7 @@ def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
         output_dir=str(tmp_path / "gapo"),
         num_generations=16,
         per_device_train_batch_size=16,
-        max_steps=15,
+        max_steps=25,
         max_completion_length=MAX_TOKENS,
         learning_rate=1e-3,
         logging_steps=5,
@@ -114,5 +114,7 @@ def test_gapo_moves_a_collapsed_policy_toward_uniform(tmp_path):  # noqa: ANN001
     after = sample_answers(trainer.model.eval(), tokenizer, 64, seed=0)
     jsd_after = jsd_from_uniform(after, ITEMS)
     print(f"JSD before {jsd_before:.3f} after {jsd_after:.3f}; after: {sorted(map(str, after))}")
-    assert jsd_after < jsd_before - 0.1  # measured here: 0.229 -> 0.116
+    # measured: 0.229 -> 0.065 (AMD EPYC, 1 and 2 threads). At 15 steps the CPUs disagreed (0.116 on one, 0.130 on
+    # this one: a bf16 step rounds differently), too close to the line; 25 steps leave a margin for that.
+    assert jsd_after < jsd_before - 0.1
     assert len({a for a in after if a in ITEMS}) >= 3
