@@ -18,7 +18,9 @@ from gapo.io import temp_glob
 logger = logging.getLogger(__name__)
 
 
-def _checkpoint_step(path: Path) -> int | None:
+def checkpoint_step(path: Path) -> int | None:
+    """The step N of a ``checkpoint-N`` folder, None for any other name: one parser for the run, the harness and the
+    tools, so a stray ``checkpoint-final`` or ``checkpoint-3.tmp`` is never read as a step."""
     suffix = path.name.rsplit("-", 1)[-1]
     return int(suffix) if path.name.startswith("checkpoint-") and suffix.isdigit() else None
 
@@ -31,7 +33,7 @@ def checkpoint_problem(path: Path) -> str | None:
         return "no trainer_state.json"
     except (json.JSONDecodeError, UnicodeDecodeError):
         return "torn trainer_state.json"
-    if not isinstance(state, dict) or state.get("global_step") != _checkpoint_step(path):
+    if not isinstance(state, dict) or state.get("global_step") != checkpoint_step(path):
         return "trainer_state.json names another step"
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
@@ -45,8 +47,8 @@ def checkpoint_problem(path: Path) -> str | None:
 def last_checkpoint(output_dir: str | Path) -> Path | None:
     """The newest complete checkpoint in `output_dir` (None if there is none), warning about each one skipped."""
     ckpts = sorted(
-        (p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and _checkpoint_step(p) is not None),
-        key=_checkpoint_step,
+        (p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and checkpoint_step(p) is not None),
+        key=checkpoint_step,
         reverse=True,
     )
     for path in ckpts:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from gapo import backends, defaults, models
-from gapo.checkpoints import last_checkpoint, remove_incomplete
+from gapo.checkpoints import checkpoint_step, last_checkpoint, remove_incomplete
 from gapo.config import add_params_flags, config_from_cli, params_values
 from gapo.io import TEMP_SUFFIX, atomic_dir, read_jsonl, write_json_atomic, write_jsonl_atomic
 from gapo.rewards import (
@@ -159,7 +159,11 @@ def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) ->
     from `script`'s settings and `args.seed`. `open` refuses a category without a lexicon: its reward could not tell
     valid answers from invalid."""
     if args.split_format_reward and script.task != "lists":
-        raise ValueError(f"split_format_reward applies to task lists only, got task {script.task!r}")
+        # params.yaml's `train` section is the lists recipe (two rewards): name both flags, not one error after another
+        raise ValueError(
+            f"split_format_reward applies to task lists only; task {script.task} has one reward: pass "
+            "--split-format-reward false --reward-weights 1.0 (or --no-params)"
+        )
     if dataset is None and script.dataset is not None:
         dataset = read_dataset(script.dataset)
     if script.task == "open":
@@ -292,7 +296,7 @@ def train(
         remove_incomplete(out, resume_from)
     metrics_path = out / "metrics.jsonl"
     if resume_from is not None:
-        _trim_metrics(metrics_path, int(resume_from.name.split("-")[-1]))
+        _trim_metrics(metrics_path, checkpoint_step(resume_from) or 0)
     elif metrics_path.exists():
         metrics_path.unlink()
     write_json_atomic(out / "config.json", run_config(script, args), indent=2)

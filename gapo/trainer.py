@@ -198,6 +198,12 @@ def config_problem(args: GAPOConfig) -> str | None:
         return f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
     if str(args.scale_rewards).lower() not in SCALE_REWARDS:
         return f"scale_rewards must be one of group, batch, none (true: group, false: none), got {args.scale_rewards!r}"
+    if args.split_format_reward and str(args.scale_rewards).lower() not in ("group", "true"):
+        # TRL's normalize_then_sum never reads scale_rewards: another value would be silently ignored
+        return (
+            f"scale_rewards {args.scale_rewards!r} has no effect under split_format_reward (each reward is divided "
+            "by its group's std, the sum by the batch's): leave it group, or turn split_format_reward off"
+        )
     weights = args.reward_weights
     if weights is not None and (
         not isinstance(weights, list | tuple)

@@ -49,7 +49,7 @@ import pandas as pd
 import yaml
 from transformers import TrainerCallback
 
-from gapo.checkpoints import last_checkpoint
+from gapo.checkpoints import checkpoint_step, last_checkpoint
 from gapo.io import write_json_atomic, write_text_atomic
 from gapo.repro import profiles
 from gapo.repro import prompts as ep
@@ -322,7 +322,7 @@ def resumed(out: Path, settings: dict[str, Any]) -> tuple[dict[str, Any], list[d
     summary["settings"].update({key: settings[key] for key in WHERE})
     summary.setdefault("legs", [])
     checkpoint = last_checkpoint(out / "run")
-    step = int(checkpoint.name.split("-")[-1]) if checkpoint else -1
+    step = checkpoint_step(checkpoint) if checkpoint else -1
     curve = pd.read_csv(out / "curve.csv") if (out / "curve.csv").is_file() else pd.DataFrame(columns=["step"])
     rows = curve[curve.step <= step].rename(columns={"list": "category"}).to_dict("records")
     return summary, rows

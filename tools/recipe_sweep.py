@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from gapo.checkpoints import checkpoint_step
 from gapo.defaults import LORA_TARGET_MODULES
 from gapo.io import write_text_atomic
 from gapo.repro import profiles
@@ -112,9 +113,9 @@ def saved_adapters(run_dir: Path) -> list[tuple[int, Path]]:
     """(step, directory) of every adapter a run saved: its `checkpoint-N` folders, then `adapter` at the last step."""
     found = []
     for path in run_dir.glob("checkpoint-*"):
-        step = path.name.removeprefix("checkpoint-")
-        if step.isdigit() and (path / "adapter_config.json").is_file():
-            found.append((int(step), path))
+        step = checkpoint_step(path)
+        if step is not None and (path / "adapter_config.json").is_file():
+            found.append((step, path))
     found.sort()
     last = max((s for s, _ in found), default=0)
     if (run_dir / "adapter" / "adapter_config.json").is_file():

@@ -17,22 +17,14 @@ from gapo.repro.experiments import ExperimentResult, valid_unique
 from gapo.repro.profiles import PipelineError
 from gapo.repro.samplers import Samplers, evaluate_models, require_adapter
 from gapo.repro.stages.common import StageResult, labels_of, model_spec, stack
-from gapo.repro.stages.training import train_adapter, train_config, train_metrics, trained_spec, training_log
+from gapo.repro.stages.training import RUN_KEYS, train_adapter, train_config, train_metrics, trained_spec, training_log
 
 #: The `models`-style name and label of the model this stage trains.
 OPEN_GAPO = "gapo_open"
 LABEL = "+ open-ended GAPO"
 
-#: The stage's keys that override the `train` section for its run (everything else comes from `train`).
-TRAIN_KEYS = (
-    "max_steps",
-    "num_prompts",
-    "save_steps",
-    "split_format_reward",
-    "reward_weights",
-    "max_completion_length",
-    "equivalence",
-)
+#: The stage's keys that override the `train` section for its run: the shared RUN_KEYS and its task's own.
+TRAIN_KEYS = (*RUN_KEYS, "max_completion_length", "equivalence")
 
 FILES = {
     "curves": "results/open_ended_curves.csv",

@@ -19,6 +19,10 @@ from gapo.checkpoints import last_checkpoint
 from gapo.io import atomic_dir, read_jsonl, write_json_atomic
 from gapo.train import ScriptArguments, configs, run_config, task_data, train
 
+#: The keys every training stage's section may set over the `train` section: its run's size and its reward (a
+#: stage of one reward sets split_format_reward false and reward_weights null). Each stage adds its task's own keys.
+RUN_KEYS: tuple[str, ...] = ("max_steps", "num_prompts", "save_steps", "split_format_reward", "reward_weights")
+
 
 def trained_spec(base: Mapping[str, Any], adapter: str, label: str) -> dict[str, Any]:
     """A `models` entry for the adapter a stage trains on `base`'s model."""
