@@ -45,10 +45,12 @@ def _tiny(steps: int, eval_every: int, score_lists: int, batch: int) -> list[str
 def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Path) -> None:
     out = tmp_path / "lt"
     flags = [*_tiny(steps=2, eval_every=1, score_lists=2, batch=8), "--set", "lr_scheduler_type=constant"]
-    flags += ["--out", str(out)]
+    flags += ["--keep-checkpoints", "--out", str(out)]
     assert list_transfer.main(flags) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert sorted(map(int, summary["means"])) == [0, 1, 2]
+    # every scored step's adapter stays, to be scored again with the pipeline's settings (without the flag: the newest)
+    assert sorted(p.name for p in (out / "run").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     assert summary["settings"]["train"]["lr_scheduler_type"] == "constant"
     assert summary["visits_per_list"] == 2.0  # 2 steps x 2 prompts / 2 lists
     curve = (out / "curve.csv").read_text().splitlines()

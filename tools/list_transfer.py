@@ -22,12 +22,13 @@ device's call limit keeps its curve so far.
 steps and used MU times, so the run generates steps / MU batches (summary.json's `rollouts`): at equal rollouts, pass
 MU times the steps.
 
-`--time-limit SECONDS` ends training at the first step that ends past that many seconds of training (scoring
-included), scores that step, saves a checkpoint, and writes everything: on a lent GPU with minutes of device time, the
-budget is the clock, not the steps (`--steps` then only sizes the dataset and the schedule; `summary.json` says where
-it stopped). `--resume` continues such a run in a later session from its newest checkpoint (run/checkpoint-N, saved at
-every scoring and at the time limit), with the same flags: curve.csv keeps the scorings up to that step, and
-summary.json's `legs` lists each leg's command, steps and seconds.
+`--time-limit SECONDS` ends training at the first step that ends past that many seconds of training (scoring included),
+scores that step, saves a checkpoint, and writes everything: on a lent GPU with minutes of device time, the budget is
+the clock, not the steps (`--steps` then only sizes the dataset and the schedule; `summary.json` says where it stopped).
+`--resume` continues such a run in a later session from its newest checkpoint (run/checkpoint-N, saved at every scoring
+and at the time limit), with the same flags: curve.csv keeps the scorings up to that step, and summary.json's `legs`
+lists each leg's command, steps and seconds. `--keep-checkpoints` keeps every scored step's checkpoint instead of the
+newest only (to score one again with other settings).
 
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
@@ -215,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help="end training at the first step that ends past this many seconds (scoring it first)",
     )
+    parser.add_argument(
+        "--keep-checkpoints",
+        action="store_true",
+        help="keep every scored step's checkpoint (run/checkpoint-N), not only the newest: to score one again later "
+        "with the pipeline's settings (gapo eval --adapter DIR/run/checkpoint-N)",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a `train` setting (YAML)")
     parser.add_argument("--out", required=True)
     parser.add_argument(
@@ -238,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
     section.update(overrides, model=args.model, seed=args.seed, max_steps=args.steps, output_dir=str(out / "run"))
     # a checkpoint at every scoring (and at a time limit): a run killed at a device call's limit resumes from there
-    section.update(save_steps=args.eval_every, save_total_limit=1, resume=args.resume)
+    keep = None if args.keep_checkpoints else 1
+    section.update(save_steps=args.eval_every, save_total_limit=keep, resume=args.resume)
     script, config = configs(section)  # every setting checked before anything loads
     train_rows = training_lists(args.lists, args.seed, categories)
     heldin_categories = args.heldin_categories.split(",") if args.heldin_categories else None
@@ -247,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     mu = config.num_iterations
     dataset = run_dataset(train_rows, rollout_batches(args.steps, mu) * prompts_a_step)
     command = "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    settings = {**vars(args), "train": {k: v for k, v in section.items() if k not in ("output_dir", "resume")}}
-    del settings["resume"], settings["time_limit"]  # a leg's, not the run's (summary.json's legs)
+    leg_keys = ("output_dir", "resume", "save_total_limit")
+    settings = {**vars(args), "train": {k: v for k, v in section.items() if k not in leg_keys}}
+    del settings["resume"], settings["time_limit"], settings["keep_checkpoints"]  # a leg's (summary.json's legs)
     settings = json.loads(json.dumps(settings))  # as summary.json holds them, to compare on --resume
     summary, rows = resumed(out, settings) if args.resume else ({}, [])
 
