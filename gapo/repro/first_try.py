@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +40,16 @@ UNTRAINED = ("flowers",)
 ROWS_PER_LIST = 32
 
 
-def training_rows(names: tuple[str, ...] = TRAINED, per_list: int = ROWS_PER_LIST) -> list[dict[str, Any]]:
-    """`gapo train --dataset` rows for `names`: each list's prompt worded as `gapo eval` words it, `per_list` times."""
+def training_rows(
+    names: Sequence[str] = TRAINED,
+    per_list: int = ROWS_PER_LIST,
+    lists: Mapping[str, Sequence[str]] = ep.UNIFORMITY_LISTS,
+) -> list[dict[str, Any]]:
+    """`gapo train --dataset` rows for `names` of `lists`: each list's prompt worded as `gapo eval` words it,
+    `per_list` times. The paper's unseen lists here; results/diagnosis/oracle/run.sh passes the held-in ones."""
     rows = []
     for name in names:
-        items = list(ep.UNIFORMITY_LISTS[name])
+        items = list(lists[name])
         rows += [{"prompt": ep.user_message(ep.list_prompt(items)), "items": items, "category": name}] * per_list
     return rows
 

@@ -19,17 +19,14 @@ import yaml
 
 from gapo.io import write_jsonl_atomic, write_text_atomic
 from gapo.repro import prompts as ep
+from gapo.repro.first_try import training_rows
 
 out, names = sys.argv[1], sys.argv[2]
 chosen = list(ep.HELDIN_LISTS) if names == "all" else [n.strip() for n in names.split(",")]
 unknown = [n for n in chosen if n not in ep.HELDIN_LISTS]
 if unknown:
     sys.exit(f"run.sh: not a held-in list: {', '.join(unknown)} (one of {', '.join(ep.HELDIN_LISTS)})")
-per_list = -(-64 // len(chosen))
-rows = []
-for _ in range(per_list):  # interleaved, so that every list comes round as often in any stretch of steps
-    rows += [{"prompt": ep.user_message(ep.list_prompt(ep.HELDIN_LISTS[n])), "items": list(ep.HELDIN_LISTS[n]),
-              "category": n} for n in chosen]
+rows = training_rows(chosen, 1, ep.HELDIN_LISTS) * -(-64 // len(chosen))  # each list once a round, to >= 64 rows
 write_jsonl_atomic(f"{out}/train.jsonl", rows)
 write_text_atomic(f"{out}/lists.yaml", yaml.safe_dump({n: list(ep.HELDIN_LISTS[n]) for n in chosen}, sort_keys=False))
 PY
