@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
 import list_transfer  # noqa: E402
 
 
@@ -90,6 +93,11 @@ def test_resume_continues_a_run_stopped_by_its_time_limit_in_a_later_leg(tmp_pat
         (2, 4, None),
     ]
     assert summary["seconds"] == pytest.approx(sum(leg["seconds"] for leg in summary["legs"]), abs=0.2)
+    # each leg names where it ran (a resumed leg may be on another machine): the checkout's commit, torch's threads
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    for leg in summary["legs"]:
+        assert leg["environment"]["git"]["commit"] == head
+        assert leg["environment"]["torch_threads"] == torch.get_num_threads()
     assert summary["rollouts"] == 2 * 4 and summary["visits_per_list"] == 1.0  # 2 batches x 1 prompt x G=4; 2 / 2 lists
     assert len((out / "curve.csv").read_text().splitlines()) == 1 + 4 * 3
     assert json.loads((out / "run" / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 4

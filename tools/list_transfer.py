@@ -14,7 +14,8 @@ Trains GAPO with the embedded recipe (params.yaml's `train` section as the pipel
 The training rows are the pipeline's (`gapo.tasks.lists.list_selection_rows`: its templates, one per row) with 8
 items, repeated in turn to fill the run, so each list is seen about steps x prompts a step / k times. Writes, in
 `--out`: curve.csv (step, set, list, jsd, jsd_valid, invalid, top_share), summary.json (the settings, the training
-lists, and each set's mean at every scored step) and curve.png; prints each scoring's means. curve.csv and
+lists, each set's mean at every scored step, and each leg's environment: commit, packages, threads, CPU or GPU,
+`gapo.repro.provenance`) and curve.png; prints each scoring's means. curve.csv and
 summary.json are rewritten after every scoring (`finished` false until the last of `--steps`), so a run killed at a
 device's call limit keeps its curve so far.
 
@@ -55,6 +56,7 @@ from gapo.io import write_json_atomic, write_text_atomic
 from gapo.repro import profiles
 from gapo.repro import prompts as ep
 from gapo.repro.experiments import uniformity
+from gapo.repro.provenance import environment
 from gapo.repro.sampling import Sampler, SamplingParams
 from gapo.repro.sampling.transformers_backend import TransformersBackend
 from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES, list_selection_rows
@@ -266,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
     tokenizer = load_tokenizer(args.model)
     callback = Score(lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, args.time_limit, rows)
+    environment_now = environment()
     started = time.perf_counter()
     first_step = max((r["step"] for r in rows), default=0)
     summary = summary or {
@@ -291,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
         curve = callback.curve()
         write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
         leg = {"command": command, "from_step": first_step, "to_step": step, "time_limit": args.time_limit}
+        leg["environment"] = environment_now  # a resumed leg may run on another machine: each leg says where it ran
         leg["seconds"] = round(time.perf_counter() - started, 1)
         summary.update(
             finished=finished,
