@@ -153,6 +153,7 @@ def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, ca
         k: list(v) for k, v in HELDIN_LISTS.items()
     }
     assert {r["model"] for r in doc["tables"]["lists"]} == {"tiny-random", same_weights}
+    assert doc["environment"]["packages"]["transformers"] and doc["environment"]["torch_threads"] >= 1  # where it ran
     assert all("top_share" in r for r in doc["tables"]["lists"]) and doc["tables"]["open_curves"]
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     lists, questions = len(doc["tables"]["lists"]) // 2, len(doc["tables"]["open"]) // 2

@@ -52,6 +52,7 @@ from gapo.models import ModelLoadError, check_model_name, offline_models, resolv
 from gapo.repro import experiments, plotting
 from gapo.repro import prompts as ep
 from gapo.repro.experiments import compare
+from gapo.repro.provenance import environment
 from gapo.repro.sampling import chat_completions_url, make_sampler
 from gapo.repro.sampling.cli import add_decoding_args, add_model_args, sampler_settings
 from gapo.repro.sampling.params import SamplingError, one_line
@@ -404,7 +405,9 @@ def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argpars
         "models": [{"key": m.key, "model": m.model, "adapter": m.adapter} for m in plan.models],
         "compare": plan.models[1].key if len(plan.models) == 2 else None,
     }
-    return {"models": models, "settings": settings, "tables": tables}
+    # the commit, packages and machine the samples came from: the same seed samples differently elsewhere
+    # (docs/uniformity_diagnosis.md, step-0 scores across sessions); behind --endpoint, this client's only
+    return {"models": models, "settings": settings, "environment": environment(), "tables": tables}
 
 
 def _cell(summary: Mapping[str, Any], key: str) -> str:
