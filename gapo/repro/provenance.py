@@ -18,8 +18,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-#: The packages whose versions decide what a training or a scoring computes (pinned in pyproject.toml, torch in the
-#: Makefile).
+#: The packages whose versions decide what a training or a scoring computes: the training stack (pinned in
+#: pyproject.toml, torch in the Makefile) and numpy (not pinned).
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "numpy")
 
 #: CPU flags that change which bfloat16 kernels torch runs on a CPU.
