@@ -160,6 +160,17 @@ def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, ca
     assert len(samples) == 2 * 3 * (lists + len(HELDIN_LISTS) + questions)
     assert {s["suite"] for s in samples} == {"lists", "heldin", "open"}
     assert (out / "eval.png").read_bytes()[:4] == b"\x89PNG"
+    # tools/transfer_table.py --eval reads this file as written: a row per model and a mean row, both sets scored,
+    # "-" where no answer was valid (tiny-random's), so its tables of runs stay in step with eval.json's schema
+    table = [[c.strip() for c in line.split("|")[1:-1]] for line in _transfer_table("--eval", f"x={out}")[2:]]
+    assert [row[1] for row in table] == [str(out), str(out), "-"] and all(len(row) == 10 for row in table)
+    assert all(row[2] != "-" and row[6] != "-" for row in table)
+
+
+def _transfer_table(*argv: str) -> list[str]:
+    """tools/transfer_table.py's printed lines, run as its docs run it."""
+    command = [sys.executable, str(ROOT / "tools" / "transfer_table.py"), *argv]
+    return subprocess.run(command, capture_output=True, text=True, check=True).stdout.splitlines()
 
 
 def test_eval_creativity_suite_on_tiny_random(tmp_path: Path, capsys) -> None:  # noqa: ANN001

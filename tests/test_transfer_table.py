@@ -83,3 +83,59 @@ def test_steps_not_every_seed_scored_are_named(tmp_path: Path, capsys: pytest.Ca
     c, d = _run(tmp_path / "c", 0, 0.1), _run(tmp_path / "d", 1, 0.3)
     assert transfer_table.main([f"y={c}", f"y={d}"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def _eval(path: Path, models: dict[str, tuple[float, list[float]]], heldin: bool = True) -> str:
+    """A `gapo eval --suite lists --heldin` folder: per model its mean JSD and the top shares of its 8-item lists
+    (every list 8 items, so the collapse line is 2/8 + 0.05 = 0.30), the same for the held-in lists."""
+    path.mkdir()
+    doc: dict = {"models": {}, "tables": {"lists": [], "heldin": []}}
+    for model, (jsd, tops) in models.items():
+        means = {"mean_jsd": jsd, "mean_jsd_ci_low": jsd - 0.01, "mean_jsd_ci_high": jsd + 0.01}
+        means |= {"mean_jsd_valid": jsd / 2, "mean_invalid": 0.1}
+        doc["models"][model] = dict(means, heldin=dict(means)) if heldin else means
+        for table in ("lists", "heldin") if heldin else ("lists",):
+            doc["tables"][table] += [{"model": model, "top_share": t, "num_items": 8} for t in tops]
+    (path / "eval.json").write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_eval_outputs_give_a_row_a_model_and_the_collapse_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--eval`: each model of each eval.json a row (interval beside the mean, lists over 2/L + 0.05 counted from the
+    per-list tables, never another model's), a recipe's runs averaged; a set not scored is "-"."""
+    a = _eval(tmp_path / "a", {"m": (0.1, [0.30, 0.31, 0.2])})  # 0.30 sits on the line: not over it
+    b = _eval(tmp_path / "b", {"m": (0.3, [0.5, 0.5, 0.5]), "other": (0.9, [0.9])})
+    c = _eval(tmp_path / "c", {"m": (0.2, [0.25])}, heldin=False)
+    assert transfer_table.main(["--eval", f"x={a}", f"x={b}/eval.json", f"y={c}"]) == 0
+    cells = [[cell.strip() for cell in line.split("|")[1:-1]] for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [row[:2] for row in cells] == [
+        ["x", a],
+        ["x", f"{b}/eval.json"],
+        ["x", f"{b}/eval.json"],
+        ["x, mean of 3", "-"],
+        ["y", c],
+    ]
+    assert [row[2] for row in cells[:3]] == ["0.100 [0.090, 0.110]", "0.300 [0.290, 0.310]", "0.900 [0.890, 0.910]"]
+    assert [row[5] for row in cells[:3]] == ["1 of 3", "3 of 3", "1 of 1"]
+    assert cells[3][2] == "**0.433** ±0.400" and cells[3][5] == "1, 3, 1"
+    assert cells[4][2:6] == ["0.200 [0.190, 0.210]", "0.100", "0.100", "0 of 1"] and cells[4][6:] == ["-"] * 4
+
+
+def test_eval_mode_refuses_what_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder without eval.json, an eval.json without lists scores, or --by-step with --eval: one line, exit 2."""
+    run = _run(tmp_path / "run", 0, 0.1)  # a list_transfer run is not an eval output
+    empty = tmp_path / "open"
+    empty.mkdir()
+    (empty / "eval.json").write_text(json.dumps({"models": {"m": {"mean_unique_at_n": 3}}, "tables": {"open": []}}))
+    for argv, match in (
+        (["--eval", f"x={run}"], "not a gapo eval output"),
+        (["--eval", f"x={empty}"], "no lists or held-in scores for m"),
+        (["--eval", "--by-step", f"x={empty}"], "no --by-step or --figure"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            transfer_table.main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert match in err, err

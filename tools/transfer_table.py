@@ -11,10 +11,17 @@ scored step (the steps all its seeds scored), each cell the mean over seeds ± h
 a learning curve, where the default table has only its ends. A step some seeds of a recipe did not score (a run stopped
 by its time limit), or seeds whose last scored steps differ, are named on stderr, never dropped unsaid.
 
+`--eval` reads `gapo eval --suite lists --heldin` outputs instead (each DIR an eval.json or the folder holding one, as
+results/diagnosis/depth/run.sh writes): a row per model scored, each set's mean JSD with its bootstrap interval, the
+JSD among valid answers, the invalid share and how many lists have a top share over 2/L + 0.05 (issue 19's collapse
+line); recipes with two runs or more get a row of their mean ± half the range. It is how a training run scored as
+the uniformity stage scores GAPO is compared with the pipeline's own adapter, scored the same way.
+
     python tools/transfer_table.py linear=runs/item4/linear_s0 linear=runs/item4/linear_s1 \
         constant=runs/item4/constant_s0 constant=runs/item4/constant_s1
     python tools/transfer_table.py --figure results/gpu/item5/curves.png "lr 1e-4=results/gpu/item5/constant_s0" ...
     python tools/transfer_table.py --by-step k64=runs/transfer/k64_committed_s0 k64=runs/transfer/k64_committed_s1
+    python tools/transfer_table.py --eval "64 lists=results/diagnosis/depth/k64_s0" "64 lists=.../k64_s1"
 """
 
 from __future__ import annotations
@@ -29,6 +36,10 @@ from typing import Any
 
 SETS = ("train", "heldin", "unseen")
 COLUMNS = [f"{s}/{m}" for s in SETS for m in ("jsd", "jsd_valid")] + [f"{s}/invalid" for s in SETS]
+#: `gapo eval`'s sets: this table's name -> eval.json's table (its means are under ``models[key]``, and
+#: ``models[key]["heldin"]`` for the held-in lists).
+EVAL_SETS = {"unseen": "lists", "heldin": "heldin"}
+EVAL_METRICS = ("jsd", "jsd_valid", "invalid")
 
 
 def step_means(directory: str | Path) -> dict[int, dict[str, float]]:
@@ -141,21 +152,92 @@ def figure(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
     plt.close(fig)
 
 
+def collapsed(top_share: float | None, num_items: int) -> bool:
+    """Issue 19's collapse line: a list whose most-said item is over 2/L + 0.05 (uniform sits at 1/L)."""
+    return top_share is not None and top_share > 2 / num_items + 0.05  # None: no valid answer, nothing said most
+
+
+def read_eval(path: str | Path) -> list[dict[str, Any]]:
+    """Per model in a `gapo eval` eval.json (the file or its folder), per set (`EVAL_SETS`) present: the mean JSD with
+    its interval, JSD among valid answers, invalid share, and lists over the collapse line out of those scored."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "eval.json"
+    document = json.loads(file.read_text(encoding="utf-8"))
+    rows = []
+    for model, summary in document["models"].items():
+        row: dict[str, Any] = {"model": model, "path": str(path)}
+        for name, table in EVAL_SETS.items():
+            means = summary if name == "unseen" else summary.get(table)
+            lists = [r for r in document["tables"].get(table, []) if r["model"] == model]
+            if not means or "mean_jsd" not in means or not lists:
+                continue
+            row[name] = {m: means[f"mean_{m}"] for m in EVAL_METRICS}
+            row[name]["ci"] = (means["mean_jsd_ci_low"], means["mean_jsd_ci_high"])
+            row[name]["collapsed"] = sum(collapsed(r["top_share"], r["num_items"]) for r in lists)
+            row[name]["lists"] = len(lists)
+        if not any(name in row for name in EVAL_SETS):
+            raise ValueError(f"{file}: no lists or held-in scores for {model} (gapo eval --suite lists --heldin)")
+        rows.append(row)
+    return rows
+
+
+def eval_table(runs: dict[str, list[dict[str, Any]]]) -> str:
+    """A row per model scored (its eval.json beside it), "-" for a set it was not scored on; per recipe with two
+    runs or more, the mean ± half the range of each mean (lists over the line: the runs' counts)."""
+    columns = [f"{s}/{c}" for s in EVAL_SETS for c in (*EVAL_METRICS, "over 2/L+0.05")]
+    lines = ["| recipe | run | " + " | ".join(columns) + " |", "|" + "---|" * (2 + len(columns))]
+    for recipe, rows in runs.items():
+        for row in rows:
+            cells = []
+            for name in EVAL_SETS:
+                if name not in row:
+                    cells += ["-"] * (len(EVAL_METRICS) + 1)
+                    continue
+                low, high = row[name]["ci"]
+                cells.append(f"{row[name]['jsd']:.3f} [{low:.3f}, {high:.3f}]")
+                cells += ["-" if row[name][m] is None else f"{row[name][m]:.3f}" for m in EVAL_METRICS[1:]]
+                cells.append(f"{row[name]['collapsed']} of {row[name]['lists']}")
+            lines.append(f"| {recipe} | {row['path']} | " + " | ".join(cells) + " |")
+        if len(rows) > 1:
+            cells = []
+            for name in EVAL_SETS:
+                scored = [r[name] for r in rows if name in r]
+                if len(scored) < 2:
+                    cells += ["-"] * (len(EVAL_METRICS) + 1)
+                    continue
+                for metric in EVAL_METRICS:  # a mean over the runs that have one (no valid answer: None)
+                    values = [s[metric] for s in scored if s[metric] is not None]
+                    cells.append("**{:.3f}** ±{:.3f}".format(*band(values)) if values else "-")
+                cells.append(", ".join(str(s["collapsed"]) for s in scored))
+            lines.append(f"| {recipe}, mean of {len(rows)} | - | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="RECIPE=DIR")
     parser.add_argument("--figure", type=Path, default=None, help="also draw each recipe's curves to this PNG")
     parser.add_argument("--by-step", action="store_true", help="a row per recipe and scored step (a learning curve)")
+    parser.add_argument("--eval", action="store_true", help="each DIR is a `gapo eval` output (eval.json), not a run")
     args = parser.parse_args(argv)
+    if args.eval and (args.by_step or args.figure is not None):
+        parser.error("--eval makes one table of end scores: no --by-step or --figure")
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for item in args.runs:
         recipe, sep, directory = item.rpartition("=")  # the last "=": a recipe may be named "k=64"
         if not sep or not recipe:
             parser.error(f"expected RECIPE=DIR, got {item!r}")
         try:
-            runs[recipe].append(read_run(directory))
+            if args.eval:
+                runs[recipe].extend(read_eval(directory))
+            else:
+                runs[recipe].append(read_run(directory))
         except (OSError, ValueError, KeyError) as exc:
-            parser.error(f"{directory}: not a list_transfer run ({exc})")
+            parser.error(f"{directory}: not a {'gapo eval output' if args.eval else 'list_transfer run'} ({exc})")
+    if args.eval:
+        print(eval_table(runs), end="")
+        return 0
     print(by_step_table(runs) if args.by_step else table(runs), end="")
     for note in step_notes(runs):
         print(f"note: {note}", file=sys.stderr)

@@ -49,21 +49,19 @@ def cpu_description(cpuinfo: str) -> str | None:
     return f"{name} ({'; '.join(part for part in (numbers, bf16) if part)})"
 
 
+def _git(where: Path, *args: str) -> str:
+    """`git ARGS` run in `where`, its stripped output; raises OSError or SubprocessError where git cannot answer."""
+    return subprocess.run(
+        ["git", *args], cwd=where, capture_output=True, text=True, check=True, timeout=10
+    ).stdout.strip()
+
+
 def git_state(where: Path) -> dict[str, Any] | None:
     """The commit checked out at `where` and whether tracked files differ from it; None outside a git checkout or
     without git (an installed package)."""
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True, check=True, timeout=10
-        ).stdout.strip()
-        changed = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=where,
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
+        commit = _git(where, "rev-parse", "HEAD")
+        changed = _git(where, "status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
     return {"commit": commit, "changed": bool(changed)}
