@@ -492,8 +492,11 @@ def test_issue34_plan_stages_then_runs_one_leg_carrying_the_last_state(tmp_path,
     (session,) = gpu_session.issue34_plan(manifest, "nvidia-h100-x1", root=tmp_path, tree=8 * gpu_session.MIB)
     assert session[-1]["carry"] == ["runs/item5_state"] and session[-1]["part"].startswith("item 5: a leg from")
     gpu_session.print_sessions([session])
-    calls = [json.loads(line) for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
-    assert calls[-1] == {k: session[-1][k] for k in gpu_session.RUN_KEYS}
+    printed = capsys.readouterr().out.splitlines()
+    calls = [json.loads(line) for line in printed if not line.startswith("#")]
+    # `run` takes command, carry and timeout_s (no kind: the tool lends one); the comment says what it was sized for
+    assert calls[-1] == {k: session[-1][k] for k in gpu_session.RUN_KEYS} and "kind" not in calls[-1]
+    assert printed[-2].startswith(f"# call {len(session)}, session 1, nvidia-h100-x1: item 5: a leg from")
     # over the device's limits: one line
     (tmp_path / gpu_session.STATE / "state.tar.part009").write_bytes(bytes(400 * 1024))
     tree = 64 * gpu_session.MIB - 300 * 1024  # room for a small load, not for the state

@@ -5,8 +5,8 @@ Why: a GPU machine is lent to some sessions only, for 15 minutes of device time,
 gapo, and no network. The last GPU session spent most of its minutes staging files by hand. (docs/gpu.md)
 
 On the CPU machine (stdlib and pip only; nothing of gapo is imported):
-    python tools/gpu_session.py prepare [--kind nvidia-h100-x1]  # runs/gpu_payload/load-NN/ + manifest.json
-    python tools/gpu_session.py plan [--kind nvidia-h100-x1]     # the device `run` calls, in order
+    python tools/gpu_session.py prepare [--kind nvidia-h200]     # runs/gpu_payload/load-NN/ + manifest.json
+    python tools/gpu_session.py plan [--kind nvidia-h200]        # the device `run` calls, in order
     python tools/gpu_session.py plan --issue 35                  # issue 35's items 1-3, session by session, each
                                                                  # call's planned time and whether it was measured
     python tools/gpu_session.py plan --issue 34                  # issue 34 item 5's next leg (a --training-only
@@ -56,8 +56,10 @@ COMMAND_CHARS = 2000
 COMMAND_SECONDS = 600
 DEVICE_SECONDS = 15 * 60  #: a developer session's device time (30 minutes until 2026-11)
 CARRY_PATHS = 8
-#: kind -> GPU memory in GiB (the device README's table).
+#: kind -> GPU memory in GiB (the device README's table; an H100 was lent until 2026-11: item 5's first leg ran there).
 MACHINES = {"nvidia-h100-x1": 78, "nvidia-h200": 139}
+#: The kind the device tool lends now (its `status`: kinds); `--kind` sizes a plan for another.
+LENT_KIND = "nvidia-h200"
 #: GPU memory a run needs, GiB (estimates: bf16 weights + LoRA + activations at G=32): the 7B shape dominates.
 NEEDS_GIB = {"0.5b": 8, "7b": 60}
 #: Seconds of device time each kind of call is planned at; the plan refuses staging, assembly and tests over the
@@ -592,8 +594,9 @@ def read_manifest(payload: Path, name: str = "weights") -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-#: The keys of a planned call that the device's `run` takes; the others describe it (part, seconds, source).
-RUN_KEYS = ("command", "carry", "timeout_s", "kind")
+#: The keys of a planned call that the device's `run` takes; the others describe it (part, seconds, source, and the
+#: kind it was sized for: `run` takes no kind since the tool lends one).
+RUN_KEYS = ("command", "carry", "timeout_s")
 
 
 def print_sessions(sessions: list[list[dict[str, Any]]]) -> None:
@@ -607,7 +610,8 @@ def print_sessions(sessions: list[list[dict[str, Any]]]) -> None:
         )
         for call in session:
             number += 1
-            print(f"# call {number}, session {index}: {call['part']} (~{call['seconds']} s, {call['source']})")
+            where = f", {call['kind']}" if "kind" in call else ""
+            print(f"# call {number}, session {index}{where}: {call['part']} (~{call['seconds']} s, {call['source']})")
             print(json.dumps({k: call[k] for k in RUN_KEYS if k in call}))
 
 
@@ -973,10 +977,10 @@ def main(argv: list[str] | None = None) -> int:
     no_weights = "leave the embedded GGUF out (the built tiny-random model goes instead)"
     p.add_argument("--no-weights", action="store_true", help=no_weights)
     p.add_argument("--training-only", action="store_true", help="only the wheels training needs (no Unsloth)")
-    p.add_argument("--kind", default="nvidia-h100-x1")
+    p.add_argument("--kind", default=LENT_KIND)
     p = sub.add_parser("plan", help="print the device calls for a prepared payload")
     p.add_argument("--payload", type=Path, default=PAYLOAD)
-    p.add_argument("--kind", default="nvidia-h100-x1")
+    p.add_argument("--kind", default=LENT_KIND)
     p.add_argument("--train-calls", type=int, default=2, help="10-minute pieces of the GPU reproduction's training")
     p.add_argument(
         "--issue",
