@@ -163,7 +163,8 @@ def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, ca
     # tools/transfer_table.py --eval reads this file as written: a row per model and a mean row, both sets scored,
     # "-" where no answer was valid (tiny-random's), so its tables of runs stay in step with eval.json's schema
     table = [[c.strip() for c in line.split("|")[1:-1]] for line in _transfer_table("--eval", f"x={out}")[2:]]
-    assert [row[1] for row in table] == [str(out), str(out), "-"] and all(len(row) == 10 for row in table)
+    assert [row[1] for row in table] == [f"{out} (tiny-random)", f"{out} ({same_weights})", "-"]
+    assert all(len(row) == 10 for row in table)
     assert all(row[2] != "-" and row[6] != "-" for row in table)
 
 

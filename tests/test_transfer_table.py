@@ -112,8 +112,8 @@ def test_eval_outputs_give_a_row_a_model_and_the_collapse_count(
     cells = [[cell.strip() for cell in line.split("|")[1:-1]] for line in capsys.readouterr().out.splitlines()[2:]]
     assert [row[:2] for row in cells] == [
         ["x", a],
-        ["x", f"{b}/eval.json"],
-        ["x", f"{b}/eval.json"],
+        ["x", f"{b}/eval.json (m)"],  # a file of two models (`gapo eval --compare`): each named
+        ["x", f"{b}/eval.json (other)"],
         ["x, mean of 3", "-"],
         ["y", c],
     ]

@@ -166,7 +166,8 @@ def read_eval(path: str | Path) -> list[dict[str, Any]]:
     document = json.loads(file.read_text(encoding="utf-8"))
     rows = []
     for model, summary in document["models"].items():
-        row: dict[str, Any] = {"model": model, "path": str(path)}
+        several = len(document["models"]) > 1  # `gapo eval --compare`: the model names the row, not the file alone
+        row: dict[str, Any] = {"model": model, "path": f"{path} ({model})" if several else str(path)}
         for name, table in EVAL_SETS.items():
             means = summary if name == "unseen" else summary.get(table)
             lists = [r for r in document["tables"].get(table, []) if r["model"] == model]
