@@ -14,5 +14,5 @@ done
 .venv/bin/gapo eval --model embedded --suite lists --no-heldin --lists "$D/train_both.jsonl" -n 200 \
   --max-new-tokens 16 --seed 0 --no-progress --out "$R/coverage/base"
 for t in adapter_s0 adapter_s1 base; do
-  cp "$R/coverage/$t/eval.json" "$D/$t.json"; gzip -9 -c "$R/coverage/$t/samples.jsonl" > "$D/${t}_samples.jsonl.gz"
+  cp "$R/coverage/$t/eval.json" "$D/$t.json"; gzip -9 -n -c "$R/coverage/$t/samples.jsonl" > "$D/${t}_samples.jsonl.gz"
 done
