@@ -610,8 +610,8 @@ def print_sessions(sessions: list[list[dict[str, Any]]]) -> None:
         )
         for call in session:
             number += 1
-            where = f", {call['kind']}" if "kind" in call else ""
-            print(f"# call {number}, session {index}{where}: {call['part']} (~{call['seconds']} s, {call['source']})")
+            head = f"# call {number}, session {index}, {call['kind']}"
+            print(f"{head}: {call['part']} (~{call['seconds']} s, {call['source']})")
             print(json.dumps({k: call[k] for k in RUN_KEYS if k in call}))
 
 

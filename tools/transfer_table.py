@@ -165,8 +165,8 @@ def read_eval(path: str | Path) -> list[dict[str, Any]]:
         file = file / "eval.json"
     document = json.loads(file.read_text(encoding="utf-8"))
     rows = []
+    several = len(document["models"]) > 1  # `gapo eval --compare`: the model names the row, not the file alone
     for model, summary in document["models"].items():
-        several = len(document["models"]) > 1  # `gapo eval --compare`: the model names the row, not the file alone
         row: dict[str, Any] = {"model": model, "path": f"{path} ({model})" if several else str(path)}
         for name, table in EVAL_SETS.items():
             means = summary if name == "unseen" else summary.get(table)
