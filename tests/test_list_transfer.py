@@ -33,6 +33,15 @@ def test_heldin_lists_share_the_training_categories_and_never_a_training_list() 
     assert any(":Elements" in name for name in list_transfer.scored_lists(wide, 10, seed=0)["heldin"])
     one = list_transfer.training_lists(1, seed=0, categories=["Animals"])
     assert one[0]["category"] == "Animals"
+    # --as-trained asks each training list as its row did: the evaluation's builder rebuilds the row's prompt exactly
+    asked = list_transfer.trained_instructions(train, 64)
+    assert list(asked) == list(list_transfer.scored_lists(train, 64, seed=0)["train"])
+    for row, template in zip(train, asked.values(), strict=True):
+        assert list_transfer.ep.list_prompt(row["items"], template) == row["prompt"][0]["content"]
+    assert len(set(asked.values())) > 1 and list_transfer.ep.UNIFORMITY_INSTRUCTION not in asked.values()
+    foreign = {**train[0], "prompt": [{"role": "user", "content": "Name one: [a, b]."}]}
+    with pytest.raises(ValueError, match="training row 0's prompt"):
+        list_transfer.trained_instructions([foreign], 1)
     rows = list_transfer.run_dataset(one, 5)
     assert len(rows) == 5 and all(r["items"] == one[0]["items"] for r in rows)
 
@@ -48,9 +57,14 @@ def _tiny(steps: int, eval_every: int, score_lists: int, batch: int) -> list[str
 def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Path) -> None:
     out = tmp_path / "lt"
     flags = [*_tiny(steps=2, eval_every=1, score_lists=2, batch=8), "--set", "lr_scheduler_type=constant"]
-    flags += ["--keep-checkpoints", "--out", str(out)]
+    flags += ["--keep-checkpoints", "--as-trained", "--out", str(out)]
     assert list_transfer.main(flags) == 0
     summary = json.loads((out / "summary.json").read_text())
+    # --as-trained: the training lists once more, each in its training row's phrasing
+    assert summary["scored_lists"]["train_asked"] == summary["scored_lists"]["train"]
+    assert set(summary["asked_in"]["train_asked"]) == set(summary["scored_lists"]["train"])
+    assert set(summary["asked_in"]["train_asked"].values()) <= set(list_transfer.TEMPLATES)
+    assert "train_asked/jsd" in summary["means"]["2"]
     assert sorted(map(int, summary["means"])) == [0, 1, 2]
     # every scored step's adapter stays, to be scored again with the pipeline's settings (without the flag: the newest)
     assert sorted(p.name for p in (out / "run").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
@@ -58,7 +72,7 @@ def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Pa
     assert summary["visits_per_list"] == 2.0  # 2 steps x 2 prompts / 2 lists
     curve = (out / "curve.csv").read_text().splitlines()
     assert curve[0] == "step,set,list,jsd,jsd_valid,invalid,top_share"
-    assert len(curve) == 1 + 3 * 3 * 2  # 3 scorings x 3 sets x 2 lists
+    assert len(curve) == 1 + 3 * 4 * 2  # 3 scorings x 4 sets x 2 lists
     assert (out / "curve.png").stat().st_size > 0
     with pytest.raises(SystemExit):
         list_transfer.main(["--lists", "0", "--out", str(out)])

@@ -12,13 +12,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import transfer_table  # noqa: E402
 
 
-def _run(path: Path, seed: int | None, last: float, steps: tuple[int, ...] = (0, 150)) -> str:
+def _run(
+    path: Path, seed: int | None, last: float, steps: tuple[int, ...] = (0, 150), sets: tuple[str, ...] = ()
+) -> str:
     """A run's folder: curve.csv with two lists a set at `steps` (heldin/jsd_valid at the last is `last` on
-    average), and summary.json with its seed unless `seed` is None (a run cut short before writing one)."""
+    average; `sets` scored besides the three), and summary.json with its seed unless `seed` is None (a run cut short
+    before writing one)."""
     path.mkdir()
     rows = ["step,set,list,jsd,jsd_valid,invalid,top_share"]
     for step in steps:
-        for name in transfer_table.SETS:
+        for name in (*transfer_table.SETS, *sets):
             for offset in (-0.05, 0.05):
                 jsd_valid = last + offset if (step, name) == (steps[-1], "heldin") else 0.5
                 rows.append(f"{step},{name},{name}{offset},0.5,{jsd_valid},0.5,0.5")
@@ -139,3 +142,23 @@ def test_eval_mode_refuses_what_it_cannot_read(tmp_path: Path, capsys: pytest.Ca
         assert exit_.value.code == 2
         err = capsys.readouterr().err.strip().splitlines()[-1]
         assert match in err, err
+
+
+def test_a_set_only_some_runs_scored_gets_its_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """list_transfer's --as-trained adds ``train_asked``: its columns come beside train's, "-" for a run without it,
+    in both tables; the figure gets a panel for it."""
+    a = _run(tmp_path / "a", 0, 0.1, sets=("train_asked",))
+    b = _run(tmp_path / "b", 1, 0.3, sets=("train_asked",))
+    c = _run(tmp_path / "c", 0, 0.2)
+    png = tmp_path / "curves.png"
+    for flags in ([], ["--by-step", "--figure", str(png)]):
+        assert transfer_table.main([*flags, f"x={a}", f"x={b}", f"y={c}"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        head = [cell.strip() for cell in lines[0].split("|")]
+        assert head[4:8] == ["train/jsd", "train/jsd_valid", "train_asked/jsd", "train_asked/jsd_valid"]
+        cells = [[cell.strip() for cell in line.split("|")] for line in lines[2:]]
+        asked = head.index("train_asked/invalid")
+        assert [row[asked] for row in cells if row[1] == "y"] == ["-"] * (2 if flags else 1)  # by step: 0 and 150
+        assert all(row[asked] != "-" for row in cells if row[1].startswith("x"))
+        assert cells[-1][head.index("heldin/jsd_valid")].endswith("0.200")  # y, the last row
+    assert png.stat().st_size > 10_000

@@ -9,7 +9,10 @@ Trains GAPO with the embedded recipe (params.yaml's `train` section as the pipel
 - ``heldin``: as many lists drawn from the same categories, with another seed, that no training row contains
   (transfer within the training categories);
 - ``unseen``: as many of the paper's unseen lists (`gapo.repro.prompts.UNIFORMITY_LISTS`), of other categories
-  (transfer to new categories: what the pipeline's uniformity stage measures).
+  (transfer to new categories: what the pipeline's uniformity stage measures);
+- ``train_asked``, with `--as-trained`: the ``train`` lists asked as their training rows ask them (each row's own
+  phrasing of `gapo.tasks.lists.TEMPLATES`; the evaluation's phrasing is none of them). ``train`` then tells how far
+  a list is learned in another phrasing, ``train_asked`` how far it is learned as trained.
 
 The training rows are the pipeline's (`gapo.tasks.lists.list_selection_rows`: its templates, one per row) with 8
 items, repeated in turn to fill the run, so each list is seen about steps x prompts a step / k times. Writes, in
@@ -32,6 +35,7 @@ lists each leg's command, steps and seconds. `--keep-checkpoints` keeps every sc
 newest only (to score one again with other settings).
 
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
+    python tools/list_transfer.py --lists 8 --steps 120 --as-trained --out runs/visits/k8   # learned as trained?
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR --resume
@@ -59,11 +63,14 @@ from gapo.repro.experiments import uniformity
 from gapo.repro.provenance import environment
 from gapo.repro.sampling import Sampler, SamplingParams
 from gapo.repro.sampling.transformers_backend import TransformersBackend
-from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES, list_selection_rows
+from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES, TEMPLATES, list_selection_rows
+from gapo.tasks.lists import list_prompt as tasks_list_prompt
 from gapo.train import configs, train
 
 #: The three sets of lists scored, in the order they are reported.
 SETS = ("train", "heldin", "unseen")
+#: `--as-trained`'s fourth set: the training lists in their training rows' phrasing.
+ASKED = "train_asked"
 ITEMS = 8
 #: Held-in lists come from another seed than the training rows (and are checked against them).
 HELDIN_SEED_OFFSET = 10_000
@@ -107,6 +114,20 @@ def scored_lists(
     return {"train": train_sets, "heldin": heldin_lists(train_rows, m, seed, heldin_categories), "unseen": unseen}
 
 
+def trained_instructions(train_rows: list[dict[str, Any]], m: int) -> dict[str, str]:
+    """The phrasing each of the first m training rows was asked in (the `TEMPLATES` entry its prompt was built from),
+    by the names `scored_lists` gives them; the evaluation's prompt builder given it rebuilds the row's prompt exactly
+    (checked), so `uniformity(..., instruction=...)` samples what training sampled."""
+    asked = {}
+    for i, row in enumerate(train_rows[:m]):
+        content = row["prompt"][0]["content"]
+        template = next((t for t in TEMPLATES if tasks_list_prompt(row["items"], t) == content), None)
+        if template is None or ep.list_prompt(row["items"], template) != content:
+            raise ValueError(f"training row {i}'s prompt is not one of the templates' as the evaluation builds it")
+        asked[f"train{i}:{row['category']}"] = template
+    return asked
+
+
 def rollout_batches(steps: int, num_iterations: int) -> int:
     """How many batches of rollouts `steps` optimizer steps generate: TRL generates every `num_iterations` steps."""
     return -(-steps // num_iterations)
@@ -132,7 +153,8 @@ class Score(TrainerCallback):
     training at the first step that ends past it and ends a batch of rollouts (a multiple of `num_iterations`), after
     scoring that step, and has the trainer save a checkpoint there (a later `--resume` continues from it);
     `stopped_at` is then that step. A resumed run starts with the `rows` it had scored, and does not score its first
-    step again."""
+    step again. `lists` maps each set to its lists; `instructions` maps a set's lists to the phrasing each is asked in
+    (``train_asked``), one sampling call a list, the others in the evaluation's phrasing."""
 
     def __init__(
         self,
@@ -144,8 +166,10 @@ class Score(TrainerCallback):
         tokenizer: Any,
         time_limit: float | None = None,
         rows: list[dict[str, Any]] | None = None,
+        instructions: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.lists, self.n, self.seed, self.eval_every = lists, n, seed, eval_every
+        self.instructions = instructions or {}
         self.params = SamplingParams(max_new_tokens=max_new_tokens)
         self.tokenizer = tokenizer
         self.time_limit = time_limit
@@ -162,10 +186,15 @@ class Score(TrainerCallback):
         model.eval()
         sampler = Sampler(TransformersBackend(model, self.tokenizer), self.params)
         started = time.perf_counter()
-        for name in SETS:
-            result = uniformity(sampler, n=self.n, lists=self.lists[name], seed=self.seed, resamples=200)
-            table = result.tables["per_list"][["category", "jsd", "jsd_valid", "invalid", "top_share"]]
-            self.rows.extend({"step": step, "set": name, **r} for r in table.to_dict("records"))
+        for name, chosen in self.lists.items():
+            asked = self.instructions.get(name)
+            calls = [({k: v}, asked[k]) for k, v in chosen.items()] if asked else [(chosen, ep.UNIFORMITY_INSTRUCTION)]
+            for group, instruction in calls:
+                result = uniformity(
+                    sampler, n=self.n, lists=group, instruction=instruction, seed=self.seed, resamples=200
+                )
+                table = result.tables["per_list"][["category", "jsd", "jsd_valid", "invalid", "top_share"]]
+                self.rows.extend({"step": step, "set": name, **r} for r in table.to_dict("records"))
         model.train(was_training)
         if self.on_score is not None:
             self.on_score(step)
@@ -208,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="comma-separated categories of the held-in lists (default: the training lists'); the paper's 8 compare "
         "a run on more categories with one on those 8",
+    )
+    parser.add_argument(
+        "--as-trained",
+        action="store_true",
+        help=f"also score the scored training lists in their training rows' own phrasing (the set {ASKED})",
     )
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--seed", type=int, default=0, help="the training lists' seed and the run's")
@@ -253,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     train_rows = training_lists(args.lists, args.seed, categories)
     heldin_categories = args.heldin_categories.split(",") if args.heldin_categories else None
     lists = scored_lists(train_rows, args.score_lists, args.seed, heldin_categories)
+    instructions = {}
+    if args.as_trained:
+        instructions[ASKED] = trained_instructions(train_rows, args.score_lists)
+        lists[ASKED] = lists["train"]
     prompts_a_step = config.per_device_train_batch_size * config.gradient_accumulation_steps // config.num_generations
     mu = config.num_iterations
     dataset = run_dataset(train_rows, rollout_batches(args.steps, mu) * prompts_a_step)
@@ -267,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
 
     max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
     tokenizer = load_tokenizer(args.model)
-    callback = Score(lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, args.time_limit, rows)
+    callback = Score(
+        lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, args.time_limit, rows, instructions
+    )
     environment_now = environment()
     started = time.perf_counter()
     first_step = max((r["step"] for r in rows), default=0)
@@ -281,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         "visits_per_list": 0.0,
         "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
         "scored_lists": lists,
+        "asked_in": instructions,
         "means": {},
         "seconds": 0.0,
         "legs": [],
@@ -362,7 +403,7 @@ def figure(curve: pd.DataFrame, path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     by_step = curve.groupby(["set", "step"])[["jsd", "jsd_valid"]].mean().reset_index()
-    for i, name in enumerate(SETS):
+    for i, name in enumerate(dict.fromkeys([*SETS, *by_step["set"]])):
         part = by_step[by_step["set"] == name]
         ax.plot(part["step"], part["jsd"], color=f"C{i}", marker="o", label=f"{name}: JSD")
         ax.plot(part["step"], part["jsd_valid"], color=f"C{i}", linestyle="--", label=f"{name}: JSD among valid")

@@ -6,10 +6,12 @@ seed from its summary.json, or "-" for a run cut short before one was written (l
 run: its seed and, before training and at its last scored step, each set's mean JSD and JSD among valid answers; per
 recipe with two runs or more, the mean over seeds ± half their range at the last step: a difference between two recipes
 means something only beyond those bands. `--figure PATH` draws each recipe's curves (mean over its seeds): JSD among
-valid answers and the invalid share of each set against the step. `--by-step` prints instead one row per recipe and
-scored step (the steps all its seeds scored), each cell the mean over seeds ± half their range, or the one run's value:
-a learning curve, where the default table has only its ends. A step some seeds of a recipe did not score (a run stopped
-by its time limit), or seeds whose last scored steps differ, are named on stderr, never dropped unsaid.
+valid answers and the invalid share of each set against the step. A set some runs scored and others did not
+(``train_asked``, list_transfer's `--as-trained`) gets its columns, "-" where a run has none. `--by-step` prints
+instead one row per recipe and scored step (the steps all its seeds scored), each cell the mean over seeds ± half
+their range, or the one run's value: a learning curve, where the default table has only its ends. A step some seeds
+of a recipe did not score (a run stopped by its time limit), or seeds whose last scored steps differ, are named on
+stderr, never dropped unsaid.
 
 `--eval` reads `gapo eval --suite lists --heldin` outputs instead (each DIR an eval.json or the folder holding one, as
 results/diagnosis/depth/run.sh writes): a row per model scored, each set's mean JSD with its bootstrap interval, the
@@ -35,7 +37,16 @@ from pathlib import Path
 from typing import Any
 
 SETS = ("train", "heldin", "unseen")
-COLUMNS = [f"{s}/{m}" for s in SETS for m in ("jsd", "jsd_valid")] + [f"{s}/invalid" for s in SETS]
+#: Every set list_transfer scores, in the order the columns come: ``train_asked`` (`--as-trained`) beside ``train``.
+ORDER = ("train", "train_asked", "heldin", "unseen")
+
+
+def columns(sets: tuple[str, ...] = SETS) -> list[str]:
+    """The table's metric columns for `sets`: each set's JSD and JSD among valid answers, then each set's invalid."""
+    return [f"{s}/{m}" for s in sets for m in ("jsd", "jsd_valid")] + [f"{s}/invalid" for s in sets]
+
+
+COLUMNS = columns()
 #: `gapo eval`'s sets: this table's name -> eval.json's table (its means are under ``models[key]``, and
 #: ``models[key]["heldin"]`` for the held-in lists).
 EVAL_SETS = {"unseen": "lists", "heldin": "heldin"}
@@ -71,6 +82,12 @@ def read_run(directory: str | Path) -> dict[str, Any]:
     }
 
 
+def sets_of(runs: dict[str, list[dict[str, Any]]]) -> tuple[str, ...]:
+    """The sets any run scored, in `ORDER` (a run without one of them shows "-" there)."""
+    present = {key.split("/")[0] for seeds in runs.values() for run in seeds for key in run["first"]}
+    return tuple(name for name in ORDER if name in present) + tuple(sorted(present - set(ORDER)))
+
+
 def band(values: list[float]) -> tuple[float, float]:
     """The mean of a recipe's seeds and half their range: the band a difference between recipes must clear."""
     return sum(values) / len(values), (max(values) - min(values)) / 2
@@ -98,14 +115,20 @@ def step_notes(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 def table(runs: dict[str, list[dict[str, Any]]]) -> str:
     """Rows per run (before -> after), then per recipe the mean and spread over seeds of the last step."""
-    head = "| recipe | seed | step | " + " | ".join(COLUMNS) + " |"
-    lines = [head, "|" + "---|" * (3 + len(COLUMNS))]
+    names = columns(sets_of(runs))
+    head = "| recipe | seed | step | " + " | ".join(names) + " |"
+    lines = [head, "|" + "---|" * (3 + len(names))]
     for recipe, seeds in runs.items():
         for run in seeds:
-            cells = [f"{run['first'][c]:.3f} -> {run['last'][c]:.3f}" for c in COLUMNS]
+            cells = [f"{run['first'][c]:.3f} -> {run['last'][c]:.3f}" if c in run["last"] else "-" for c in names]
             lines.append(f"| {recipe} | {run['seed']} | {run['step']} | " + " | ".join(cells) + " |")
         if len(seeds) > 1:
-            cells = ["**{:.3f}** ±{:.3f}".format(*band([r["last"][c] for r in seeds])) for c in COLUMNS]
+            cells = [
+                "**{:.3f}** ±{:.3f}".format(*band([r["last"][c] for r in seeds]))
+                if all(c in r["last"] for r in seeds)
+                else "-"
+                for c in names
+            ]
             lines.append(f"| {recipe}, mean of {len(seeds)} | - | - | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -113,11 +136,15 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
 def by_step_table(runs: dict[str, list[dict[str, Any]]]) -> str:
     """One row per recipe and step its seeds all scored: each column's mean over seeds ± half their range (a single
     run's value alone), so a curve reads down the rows."""
-    lines = ["| recipe | seeds | step | " + " | ".join(COLUMNS) + " |", "|" + "---|" * (3 + len(COLUMNS))]
+    names = columns(sets_of(runs))
+    lines = ["| recipe | seeds | step | " + " | ".join(names) + " |", "|" + "---|" * (3 + len(names))]
     for recipe, seeds in runs.items():
         for step in shared_steps(seeds):
             cells = []
-            for column in COLUMNS:
+            for column in names:
+                if not all(column in r["by_step"][step] for r in seeds):
+                    cells.append("-")
+                    continue
                 mean, half = band([r["by_step"][step][column] for r in seeds])
                 cells.append(f"{mean:.3f}" + (f" ±{half:.3f}" if len(seeds) > 1 else ""))
             lines.append(f"| {recipe} | {len(seeds)} | {step} | " + " | ".join(cells) + " |")
@@ -132,15 +159,18 @@ def figure(runs: dict[str, list[dict[str, Any]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(SETS), figsize=(4 * len(SETS), 6), sharex=True, sharey="row")
+    sets = sets_of(runs)
+    fig, axes = plt.subplots(2, len(sets), figsize=(4 * len(sets), 6), sharex=True, sharey="row")
     for recipe, seeds in runs.items():
         steps = shared_steps(seeds)
-        for column, name in enumerate(SETS):
+        for column, name in enumerate(sets):
             for row, metric in enumerate(("jsd_valid", "invalid")):
                 key = f"{name}/{metric}"
+                if not all(key in r["by_step"][s] for r in seeds for s in steps):
+                    continue
                 values = [sum(r["by_step"][s][key] for r in seeds) / len(seeds) for s in steps]
                 axes[row][column].plot(steps, values, marker="o", label=f"{recipe} ({len(seeds)} seed(s))")
-    for column, name in enumerate(SETS):
+    for column, name in enumerate(sets):
         axes[0][column].set_title(f"{name} lists")
         axes[1][column].set_xlabel("GAPO step")
     axes[0][0].set_ylabel("JSD among valid answers")
@@ -186,8 +216,8 @@ def read_eval(path: str | Path) -> list[dict[str, Any]]:
 def eval_table(runs: dict[str, list[dict[str, Any]]]) -> str:
     """A row per model scored (its eval.json beside it), "-" for a set it was not scored on; per recipe with two
     runs or more, the mean ± half the range of each mean (lists over the line: the runs' counts)."""
-    columns = [f"{s}/{c}" for s in EVAL_SETS for c in (*EVAL_METRICS, "over 2/L+0.05")]
-    lines = ["| recipe | run | " + " | ".join(columns) + " |", "|" + "---|" * (2 + len(columns))]
+    names = [f"{s}/{c}" for s in EVAL_SETS for c in (*EVAL_METRICS, "over 2/L+0.05")]
+    lines = ["| recipe | run | " + " | ".join(names) + " |", "|" + "---|" * (2 + len(names))]
     for recipe, rows in runs.items():
         for row in rows:
             cells = []
