@@ -542,7 +542,10 @@ def issue35_plan(
         raise LimitError(f"--adapter {adapter} travels as a carried path: give it relative to the repository")
     adapter_dir = root / adapter
     if not (adapter_dir / "adapter_config.json").is_file():
-        raise LimitError(f"no LoRA adapter at {adapter}; restore it first (dvc pull, or the train_gapo stage)")
+        raise LimitError(
+            f"no LoRA adapter at {adapter}; restore it first (`dvc pull` after a `dvc push`, or "
+            "`dvc repro train_gapo`: about 32 min on 2 cores)"
+        )
     check_carried(f"the adapter {adapter}", folder_bytes(adapter_dir), tree)
     for manifest in manifests.values():
         check_loads(manifest, tree)
