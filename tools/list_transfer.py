@@ -64,7 +64,6 @@ from gapo.repro.provenance import environment
 from gapo.repro.sampling import Sampler, SamplingParams
 from gapo.repro.sampling.transformers_backend import TransformersBackend
 from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES, TEMPLATES, list_selection_rows
-from gapo.tasks.lists import list_prompt as tasks_list_prompt
 from gapo.train import configs, train
 
 #: The three sets of lists scored, in the order they are reported.
@@ -115,14 +114,14 @@ def scored_lists(
 
 
 def trained_instructions(train_rows: list[dict[str, Any]], m: int) -> dict[str, str]:
-    """The phrasing each of the first m training rows was asked in (the `TEMPLATES` entry its prompt was built from),
-    by the names `scored_lists` gives them; the evaluation's prompt builder given it rebuilds the row's prompt exactly
-    (checked), so `uniformity(..., instruction=...)` samples what training sampled."""
+    """The phrasing each of the first m training rows was asked in, by the names `scored_lists` gives them: the
+    `TEMPLATES` entry from which the evaluation's prompt builder rebuilds the row's prompt exactly, so that
+    `uniformity(..., instruction=...)` samples what training sampled. One line for a row none rebuilds."""
     asked = {}
     for i, row in enumerate(train_rows[:m]):
         content = row["prompt"][0]["content"]
-        template = next((t for t in TEMPLATES if tasks_list_prompt(row["items"], t) == content), None)
-        if template is None or ep.list_prompt(row["items"], template) != content:
+        template = next((t for t in TEMPLATES if ep.list_prompt(row["items"], t) == content), None)
+        if template is None:
             raise ValueError(f"training row {i}'s prompt is not one of the templates' as the evaluation builds it")
         asked[f"train{i}:{row['category']}"] = template
     return asked
