@@ -162,3 +162,17 @@ def test_a_set_only_some_runs_scored_gets_its_columns(tmp_path: Path, capsys: py
         assert all(row[asked] != "-" for row in cells if row[1].startswith("x"))
         assert cells[-1][head.index("heldin/jsd_valid")].endswith("0.200")  # y, the last row
     assert png.stat().st_size > 10_000
+
+
+def test_a_mean_with_no_valid_answer_reads_as_a_dash(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before training a set may have no valid answer (jsd_valid empty in curve.csv): "-" there, the value after."""
+    run = tmp_path / "r"
+    run.mkdir()
+    rows = ["step,set,list,jsd,jsd_valid,invalid,top_share"]
+    for step, valid in ((0, ""), (5, "0.25")):
+        rows += [f"{step},{name},{name}0,1.0,{valid},0.5,0.5" for name in transfer_table.SETS]
+    (run / "curve.csv").write_text("\n".join(rows) + "\n")
+    assert transfer_table.main([f"x={run}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = [cell.strip() for cell in lines[0].split("|")]
+    assert lines[2].split("|")[head.index("heldin/jsd_valid")].strip() == "- -> 0.250"

@@ -88,6 +88,11 @@ def sets_of(runs: dict[str, list[dict[str, Any]]]) -> tuple[str, ...]:
     return tuple(name for name in ORDER if name in present) + tuple(sorted(present - set(ORDER)))
 
 
+def _value(means: dict[str, float], column: str) -> str:
+    """A mean to 3 places, or "-" where there is none (a set not scored, or no valid answer to spread)."""
+    return f"{means[column]:.3f}" if column in means else "-"
+
+
 def band(values: list[float]) -> tuple[float, float]:
     """The mean of a recipe's seeds and half their range: the band a difference between recipes must clear."""
     return sum(values) / len(values), (max(values) - min(values)) / 2
@@ -120,7 +125,8 @@ def table(runs: dict[str, list[dict[str, Any]]]) -> str:
     lines = [head, "|" + "---|" * (3 + len(names))]
     for recipe, seeds in runs.items():
         for run in seeds:
-            cells = [f"{run['first'][c]:.3f} -> {run['last'][c]:.3f}" if c in run["last"] else "-" for c in names]
+            ends = [(_value(run["first"], c), _value(run["last"], c)) for c in names]
+            cells = ["-" if last == "-" else f"{first} -> {last}" for first, last in ends]
             lines.append(f"| {recipe} | {run['seed']} | {run['step']} | " + " | ".join(cells) + " |")
         if len(seeds) > 1:
             cells = [
