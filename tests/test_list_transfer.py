@@ -44,6 +44,20 @@ def test_heldin_lists_share_the_training_categories_and_never_a_training_list() 
         list_transfer.trained_instructions([foreign], 1)
     rows = list_transfer.run_dataset(one, 5)
     assert len(rows) == 5 and all(r["items"] == one[0]["items"] for r in rows)
+    # --shuffle-items: a list's rows after its first ask it in fresh orders, in the row's phrasing, the same each run
+    mixed = list_transfer.run_dataset(train[:2], 12, shuffle_seed=0)
+    assert [mixed[i] for i in range(2)] == train[:2]
+    orders = {tuple(mixed[i]["items"]) for i in range(0, 12, 2)}
+    assert len(orders) > 3 and {frozenset(o) for o in orders} == {frozenset(train[0]["items"])}
+    template = asked["train0:" + train[0]["category"]]
+    assert all(
+        mixed[i]["prompt"][0]["content"] == list_transfer.list_prompt(mixed[i]["items"], template)
+        for i in range(0, 12, 2)
+    )
+    assert list(list_transfer.run_dataset(train[:2], 12, shuffle_seed=0)) == list(mixed)
+    assert list(list_transfer.run_dataset(train[:2], 12, shuffle_seed=1)) != list(mixed)
+    with pytest.raises(ValueError, match="cannot reorder"):
+        list_transfer.shuffled(foreign, list_transfer.random.Random(0))
 
 
 def _tiny(steps: int, eval_every: int, score_lists: int, batch: int) -> list[str]:

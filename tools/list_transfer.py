@@ -36,6 +36,7 @@ newest only (to score one again with other settings).
 
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
     python tools/list_transfer.py --lists 8 --steps 120 --as-trained --out runs/visits/k8   # learned as trained?
+    python tools/list_transfer.py --lists 8 --steps 120 --shuffle-items --out runs/visits/k8_shuffled  # any order
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR --resume
@@ -46,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -63,7 +65,7 @@ from gapo.repro.experiments import uniformity
 from gapo.repro.provenance import environment
 from gapo.repro.sampling import Sampler, SamplingParams
 from gapo.repro.sampling.transformers_backend import TransformersBackend
-from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES, TEMPLATES, list_selection_rows
+from gapo.tasks.lists import CATEGORIES, EXTRA_CATEGORIES, TEMPLATES, chat_prompt, list_prompt, list_selection_rows
 from gapo.train import configs, train
 
 #: The three sets of lists scored, in the order they are reported.
@@ -132,11 +134,33 @@ def rollout_batches(steps: int, num_iterations: int) -> int:
     return -(-steps // num_iterations)
 
 
-def run_dataset(train_rows: list[dict[str, Any]], size: int) -> Any:
-    """`size` rows cycling through the training lists: each list as often as the others (within one)."""
+def run_dataset(train_rows: list[dict[str, Any]], size: int, shuffle_seed: int | None = None) -> Any:
+    """`size` rows cycling through the training lists: each list as often as the others (within one). With
+    `shuffle_seed`, every row of a list but its first asks it with the items in a fresh order (`shuffled`); the
+    trainer shuffles the rows, so one visit of each list, at a random step, keeps the order `train` is scored in."""
     import datasets
 
-    return datasets.Dataset.from_list([train_rows[i % len(train_rows)] for i in range(max(size, len(train_rows)))])
+    rows = []
+    for i in range(max(size, len(train_rows))):
+        row = train_rows[i % len(train_rows)]
+        later = shuffle_seed is not None and i >= len(train_rows)
+        rows.append(shuffled(row, random.Random(f"list-transfer-visit-{shuffle_seed}-{i}")) if later else row)
+    return datasets.Dataset.from_list(rows)
+
+
+def shuffled(row: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+    """`row` asking its list with the items in an order drawn by `rng`, in the row's own phrasing (`TEMPLATES`).
+
+    Why (`--shuffle-items`): uniformity over a list is a skill that no item order should change, and the base model's
+    probability of an item moves 100-fold with its place in the list (docs/uniformity_diagnosis.md, measured with
+    tools/item_probs.py): "profound" is the answer 4.6e-2 of the time first in its list, 4.1e-4 fourth (drawn there)."""
+    content = row["prompt"][0]["content"]
+    template = next((t for t in TEMPLATES if list_prompt(row["items"], t) == content), None)
+    if template is None or len(row["prompt"]) != 1:
+        raise ValueError(f"cannot reorder a row whose prompt is not one of the templates: {content[:80]!r}")
+    items = list(row["items"])
+    rng.shuffle(items)
+    return {**row, "items": items, "prompt": chat_prompt(list_prompt(items, template))}
 
 
 def means(per_list: pd.DataFrame) -> dict[str, float]:
@@ -242,6 +266,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"also score the scored training lists in their training rows' own phrasing (the set {ASKED})",
     )
+    parser.add_argument(
+        "--shuffle-items",
+        action="store_true",
+        help="every row of a list but one asks it with the items in a fresh (seeded) order; the scored training "
+        "lists keep the drawn order, which that one row asks",
+    )
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--seed", type=int, default=0, help="the training lists' seed and the run's")
     parser.add_argument(
@@ -292,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         lists[ASKED] = lists["train"]
     prompts_a_step = config.per_device_train_batch_size * config.gradient_accumulation_steps // config.num_generations
     mu = config.num_iterations
-    dataset = run_dataset(train_rows, rollout_batches(args.steps, mu) * prompts_a_step)
+    shuffle_seed = args.seed if args.shuffle_items else None
+    dataset = run_dataset(train_rows, rollout_batches(args.steps, mu) * prompts_a_step, shuffle_seed)
     command = "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv)
     leg_keys = ("output_dir", "resume", "save_total_limit")
     settings = {**vars(args), "train": {k: v for k, v in section.items() if k not in leg_keys}}
