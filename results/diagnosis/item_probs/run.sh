@@ -2,8 +2,10 @@
 # Issue 34: each item's exact probability as the answer (tools/item_probs.py), for the base model and the step-120
 # adapters of the 8-list runs results/diagnosis/transfer/k8_asked120_sS (their 8 training lists, 5 held-in, 5 unseen);
 # then the base model on the four English training lists of those runs in each of their 8 rotations (rotations.jsonl,
-# rebuilt here from the coverage run's lists): how an item's probability moves with its place in the list.
-#   bash results/diagnosis/item_probs/run.sh RUNS   (RUNS: the runs/visits folder holding k8_asked120_s0 and _s1)
+# rebuilt here from the coverage run's lists): how an item's probability moves with its place in the list; then the
+# step-120 adapters of the --shuffle-items runs (results/diagnosis/transfer/k8_shuffled120_sS: the same lists, seeds
+# and base model, so --no-base).
+#   bash results/diagnosis/item_probs/run.sh RUNS   (RUNS: the runs/visits folder of k8_asked120_sS, k8_shuffled120_sS)
 set -eu
 cd "$(dirname "$0")/../../.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -23,6 +25,9 @@ for seed in (0, 1):
 PY
 cmp "$O/rotations.jsonl" "$D/rotations.jsonl"
 .venv/bin/python tools/item_probs.py --lists "$D/rotations.jsonl" --out "$O/rotations_base"
-for t in k8_asked120_s0 k8_asked120_s1 rotations_base; do
+for S in 0 1; do
+  .venv/bin/python tools/item_probs.py --run "$R/k8_shuffled120_s$S" --no-base --out "$O/k8_shuffled120_s$S"
+done
+for t in k8_asked120_s0 k8_asked120_s1 rotations_base k8_shuffled120_s0 k8_shuffled120_s1; do
   mkdir -p "$D/$t"; cp "$O/$t/items.csv" "$O/$t/lists.csv" "$O/$t/summary.json" "$D/$t/"
 done
