@@ -4,9 +4,9 @@ Why: a group reward raises only the answers some rollout says. docs/uniformity_d
 plateau (JSD near 0.25 after 30 visits) to items said 0-4 times in 200 samples, so the samples bound such an item's
 probability from above (under about 1/200) and say nothing more. This tool measures it. For each list, asked as the
 evaluation asks it (`gapo.repro.prompts.list_prompt` in the chat template), it sums the probability of every token
-path that spells ``<answer>ITEM</answer>`` at the start of the completion (a sample spells "<answer>Gaur" as ``<``,
-``answer``, ``>G``, ``aur`` or as ``<``, ``answer``, ``>``, ``G``, ``aur``: the tokenizer's own spelling alone misses
-many answers), for every item in the case variants the answer matching accepts (as written, lower case, capitalised:
+path that spells ``<answer>ITEM</answer>`` at the start of the completion (a sample may join ``>`` to the item's
+first letter, ``>G`` ``aur``, or not, ``>`` ``Cap`` ``y`` ``bara``: the tokenizer's own spelling alone misses many
+answers), for every item in the case variants the answer matching accepts (as written, lower case, capitalised:
 disjoint strings, so their probabilities add). That is a lower bound on the probability that a sample's answer is the
 item: a sample may also reach it through text before the tag, and paths under `--floor` are left out. The items' sum,
 `mass`, says how much of the policy the bound covers; compare it with the samples' valid share.
