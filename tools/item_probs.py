@@ -41,6 +41,7 @@ import torch
 
 from gapo.io import write_json_atomic, write_text_atomic
 from gapo.metrics import jensen_shannon
+from gapo.models import ModelLoadError, attach_adapter, check_adapter, load_model_and_tokenizer
 from gapo.prefix import encode_prompts, expand_cache
 from gapo.repro import prompts as ep
 from gapo.repro.chat import token_ids
@@ -233,15 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     try:  # every input checked before the model loads
         sets = run_lists(Path(args.run)) if args.run else {"lists": read_lists(args.lists)}
         adapter = args.adapter or (str(Path(args.run) / "run" / "adapter") if args.run else None)
-        if adapter is not None and not (Path(adapter) / "adapter_config.json").is_file():
-            raise ValueError(f"no LoRA adapter at {adapter} (adapter_config.json)")
+        if adapter is not None:
+            check_adapter(adapter)
         if args.no_base and adapter is None:
             raise ValueError("--no-base needs an adapter to score")
-    except (ValueError, OSError, KeyError) as err:
+    except (ValueError, OSError, KeyError, ModelLoadError) as err:
         print(f"item_probs: {err}", file=sys.stderr)
         return 2
-    from gapo.models import attach_adapter, load_model_and_tokenizer
-
     model, tokenizer = load_model_and_tokenizer(args.model)
     vocab = Vocabulary(tokenizer)
     models = ([] if args.no_base else ["base"]) + ([adapter] if adapter else [])

@@ -121,12 +121,18 @@ def trained_instructions(train_rows: list[dict[str, Any]], m: int) -> dict[str, 
     `uniformity(..., instruction=...)` samples what training sampled. One line for a row none rebuilds."""
     asked = {}
     for i, row in enumerate(train_rows[:m]):
-        content = row["prompt"][0]["content"]
-        template = next((t for t in TEMPLATES if ep.list_prompt(row["items"], t) == content), None)
+        template = row_template(row)
         if template is None:
             raise ValueError(f"training row {i}'s prompt is not one of the templates' as the evaluation builds it")
         asked[f"train{i}:{row['category']}"] = template
     return asked
+
+
+def row_template(row: dict[str, Any]) -> str | None:
+    """The `TEMPLATES` entry a training row's prompt was built from (the evaluation's builder rebuilds the prompt from
+    it exactly), or None."""
+    content = row["prompt"][0]["content"]
+    return next((t for t in TEMPLATES if ep.list_prompt(row["items"], t) == content), None)
 
 
 def rollout_batches(steps: int, num_iterations: int) -> int:
@@ -154,9 +160,9 @@ def shuffled(row: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     Why (`--shuffle-items`): uniformity over a list is a skill that no item order should change, and the base model's
     probability of an item moves 100-fold with its place in the list (docs/uniformity_diagnosis.md, measured with
     tools/item_probs.py): "profound" is the answer 4.6e-2 of the time first in its list, 4.1e-4 fourth (drawn there)."""
-    content = row["prompt"][0]["content"]
-    template = next((t for t in TEMPLATES if list_prompt(row["items"], t) == content), None)
+    template = row_template(row)
     if template is None or len(row["prompt"]) != 1:
+        content = row["prompt"][0]["content"]
         raise ValueError(f"cannot reorder a row whose prompt is not one of the templates: {content[:80]!r}")
     items = list(row["items"])
     rng.shuffle(items)
