@@ -4,8 +4,9 @@
 # then the base model on the four English training lists of those runs in each of their 8 rotations (rotations.jsonl,
 # rebuilt here from the coverage run's lists): how an item's probability moves with its place in the list; then the
 # step-120 adapters of the --shuffle-items runs (results/diagnosis/transfer/k8_shuffled120_sS: the same lists, seeds
-# and base model, so --no-base).
-#   bash results/diagnosis/item_probs/run.sh RUNS   (RUNS: the runs/visits folder of k8_asked120_sS, k8_shuffled120_sS)
+# and base model, so --no-base); then those of the entropy-bonus runs (k8_ent0.05_sS, k8_ent0.01_s0; --no-base).
+#   bash results/diagnosis/item_probs/run.sh RUNS   (RUNS: the runs/visits folder of k8_asked120_sS, k8_shuffled120_sS,
+#   k8_ent0.05_sS and k8_ent0.01_s0)
 set -eu
 cd "$(dirname "$0")/../../.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -28,6 +29,10 @@ cmp "$O/rotations.jsonl" "$D/rotations.jsonl"
 for S in 0 1; do
   .venv/bin/python tools/item_probs.py --run "$R/k8_shuffled120_s$S" --no-base --out "$O/k8_shuffled120_s$S"
 done
-for t in k8_asked120_s0 k8_asked120_s1 rotations_base k8_shuffled120_s0 k8_shuffled120_s1; do
+for t in k8_ent0.05_s0 k8_ent0.05_s1 k8_ent0.01_s0; do
+  .venv/bin/python tools/item_probs.py --run "$R/$t" --no-base --out "$O/$t"
+done
+for t in k8_asked120_s0 k8_asked120_s1 rotations_base k8_shuffled120_s0 k8_shuffled120_s1 k8_ent0.05_s0 k8_ent0.05_s1 \
+    k8_ent0.01_s0; do
   mkdir -p "$D/$t"; cp "$O/$t/items.csv" "$O/$t/lists.csv" "$O/$t/summary.json" "$D/$t/"
 done
