@@ -26,13 +26,10 @@ for seed in (0, 1):
 PY
 cmp "$O/rotations.jsonl" "$D/rotations.jsonl"
 .venv/bin/python tools/item_probs.py --lists "$D/rotations.jsonl" --out "$O/rotations_base"
-for S in 0 1; do
-  .venv/bin/python tools/item_probs.py --run "$R/k8_shuffled120_s$S" --no-base --out "$O/k8_shuffled120_s$S"
-done
-for t in k8_ent0.05_s0 k8_ent0.05_s1 k8_ent0.01_s0; do
+LATER="k8_shuffled120_s0 k8_shuffled120_s1 k8_ent0.05_s0 k8_ent0.05_s1 k8_ent0.01_s0"  # the base model is k8_asked120's
+for t in $LATER; do
   .venv/bin/python tools/item_probs.py --run "$R/$t" --no-base --out "$O/$t"
 done
-for t in k8_asked120_s0 k8_asked120_s1 rotations_base k8_shuffled120_s0 k8_shuffled120_s1 k8_ent0.05_s0 k8_ent0.05_s1 \
-    k8_ent0.01_s0; do
+for t in k8_asked120_s0 k8_asked120_s1 rotations_base $LATER; do
   mkdir -p "$D/$t"; cp "$O/$t/items.csv" "$O/$t/lists.csv" "$O/$t/summary.json" "$D/$t/"
 done
