@@ -136,6 +136,31 @@ def test_resume_continues_a_run_stopped_by_its_time_limit_in_a_later_leg(tmp_pat
 
 
 @pytest.mark.timeout(600)
+def test_a_run_whose_groups_carry_no_reward_signal_stops_and_says_so(tmp_path: Path) -> None:
+    """The tiny random model never writes a valid answer, so every group's rewards are equal and every advantage 0,
+    as in a run whose format has broken (entropy_coef 0.2): after --stop-without-signal such steps in a row the run
+    scores that step, stops, writes its results with the step, exits with 1, and is not resumed."""
+    out = tmp_path / "lt"
+    flags = [*_tiny(steps=4, eval_every=3, score_lists=1, batch=4), "--out", str(out)]
+    assert list_transfer.main([*flags, "--stop-without-signal", "2"]) == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stopped_without_signal"] == 2 and summary["steps_run"] == 2
+    assert not summary["finished"] and not summary["stopped_by_time_limit"]
+    assert sorted(map(int, summary["means"])) == [0, 2]  # the start and the step it stopped at
+    assert summary["legs"][0]["stop_without_signal"] == 2 and "stop_without_signal" not in summary["settings"]
+    rewards = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["frac_reward_zero_std"] for r in rewards if "frac_reward_zero_std" in r] == [1.0, 1.0]
+    assert (out / "curve.png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="stopped at step 2 without a reward signal"):
+        list_transfer.main([*flags, "--resume"])
+    with pytest.raises(SystemExit):
+        list_transfer.main([*flags, "--stop-without-signal", "-1"])
+    # 0 never stops: the same run goes on to its last step
+    assert list_transfer.main([*flags[:-1], str(tmp_path / "on"), "--stop-without-signal", "0"]) == 0
+    assert json.loads((tmp_path / "on" / "summary.json").read_text())["stopped_without_signal"] is None
+
+
+@pytest.mark.timeout(600)
 def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run killed mid-training (a device call's limit) keeps curve.csv and summary.json as of its last scoring."""
     from transformers import TrainerCallback

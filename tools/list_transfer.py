@@ -34,6 +34,12 @@ and at the time limit), with the same flags: curve.csv keeps the scorings up to 
 lists each leg's command, steps and seconds. `--keep-checkpoints` keeps every scored step's checkpoint instead of the
 newest only (to score one again with other settings).
 
+`--stop-without-signal N` (10 by default, 0 never) ends a run after N steps in a row in which no group's rewards
+differed (TRL's `frac_reward_zero_std` at 1: every answer of every group invalid, or a group all alike): GRPO's
+advantages are then 0, and only an entropy bonus or a KL term still moves the policy, which has not brought a run
+back (`entropy_coef` 0.2 in docs/uniformity_diagnosis.md). It scores that step, writes everything with the step in
+summary.json's `stopped_without_signal`, and exits with 1.
+
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
     python tools/list_transfer.py --lists 8 --steps 120 --as-trained --out runs/visits/k8   # learned as trained?
     python tools/list_transfer.py --lists 8 --steps 120 --shuffle-items --out runs/visits/k8_shuffled  # any order
@@ -181,9 +187,11 @@ class Score(TrainerCallback):
     curve.csv and summary.json there). With `time_limit` (seconds from the start of this leg of training), stops
     training at the first step that ends past it and ends a batch of rollouts (a multiple of `num_iterations`), after
     scoring that step, and has the trainer save a checkpoint there (a later `--resume` continues from it);
-    `stopped_at` is then that step. A resumed run starts with the `rows` it had scored, and does not score its first
-    step again. `lists` maps each set to its lists; `instructions` maps a set's lists to the phrasing each is asked in
-    (``train_asked``), one sampling call a list, the others in the evaluation's phrasing."""
+    `stopped_at` is then that step. After `no_signal_limit` logged steps in a row with no reward spread in any group
+    (0: never), it scores that step and stops training there; `stopped_without_signal` is then that step. A resumed
+    run starts with the `rows` it had scored, and does not score its first step again. `lists` maps each set to its
+    lists; `instructions` maps a set's lists to the phrasing each is asked in (``train_asked``), one sampling call a
+    list, the others in the evaluation's phrasing."""
 
     def __init__(
         self,
@@ -196,6 +204,7 @@ class Score(TrainerCallback):
         time_limit: float | None = None,
         rows: list[dict[str, Any]] | None = None,
         instructions: dict[str, dict[str, str]] | None = None,
+        no_signal_limit: int = 0,
     ) -> None:
         self.lists, self.n, self.seed, self.eval_every = lists, n, seed, eval_every
         self.instructions = instructions or {}
@@ -206,6 +215,9 @@ class Score(TrainerCallback):
         self.rows: list[dict[str, Any]] = list(rows or [])
         self.started = time.perf_counter()
         self.stopped_at: int | None = None
+        self.no_signal_limit = no_signal_limit
+        self.no_signal_steps = 0  #: logged steps in a row whose every group had equal rewards
+        self.stopped_without_signal: int | None = None
 
     def curve(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows).rename(columns={"category": "list"})
@@ -247,6 +259,18 @@ class Score(TrainerCallback):
             self.stopped_at = step
             control.should_training_stop = True
             control.should_save = True  # the checkpoint a later --resume continues from
+
+    def on_log(self, args, state, control, logs=None, model=None, **kwargs):  # noqa: ANN001, ANN201
+        # TRL logs the share of groups whose rewards are all equal; at 1 every advantage is 0 (after on_step_end)
+        if not self.no_signal_limit or not logs or logs.get("frac_reward_zero_std") is None:
+            return
+        self.no_signal_steps = self.no_signal_steps + 1 if logs["frac_reward_zero_std"] >= 1.0 else 0
+        step = state.global_step
+        if self.no_signal_steps >= self.no_signal_limit and step < state.max_steps and self.stopped_at is None:
+            if not any(r["step"] == step for r in self.rows):
+                self.score(model, step)
+            self.stopped_without_signal = step
+            control.should_training_stop = True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,6 +317,13 @@ def main(argv: list[str] | None = None) -> int:
         help="keep every scored step's checkpoint (run/checkpoint-N), not only the newest: to score one again later "
         "with the pipeline's settings (gapo eval --adapter DIR/run/checkpoint-N)",
     )
+    parser.add_argument(
+        "--stop-without-signal",
+        type=int,
+        default=10,
+        metavar="N",
+        help="stop after N steps in a row in which no group's rewards differed (zero advantages); 0: never",
+    )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a `train` setting (YAML)")
     parser.add_argument("--out", required=True)
     parser.add_argument(
@@ -305,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--lists, --steps, --eval-every and --score-lists must be >= 1 and -n >= 2")
     if args.time_limit is not None and args.time_limit <= 0:
         parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if args.stop_without_signal < 0:
+        parser.error(f"--stop-without-signal must be >= 0 steps (0: never), got {args.stop_without_signal}")
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
@@ -333,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "python tools/list_transfer.py " + " ".join(sys.argv[1:] if argv is None else argv)
     leg_keys = ("output_dir", "resume", "save_total_limit")
     settings = {**vars(args), "train": {k: v for k, v in section.items() if k not in leg_keys}}
-    del settings["resume"], settings["time_limit"], settings["keep_checkpoints"]  # a leg's (summary.json's legs)
+    for key in ("resume", "time_limit", "keep_checkpoints", "stop_without_signal"):
+        del settings[key]  # a leg's (summary.json's legs)
     settings = json.loads(json.dumps(settings))  # as summary.json holds them, to compare on --resume
     summary, rows = resumed(out, settings) if args.resume else ({}, [])
 
@@ -342,7 +376,16 @@ def main(argv: list[str] | None = None) -> int:
     max_new_tokens = profiles.stage_params("uniformity", "embedded")["uniformity"]["max_new_tokens"]  # the stage's
     tokenizer = load_tokenizer(args.model)
     callback = Score(
-        lists, args.n, args.seed, max_new_tokens, args.eval_every, tokenizer, args.time_limit, rows, instructions
+        lists,
+        args.n,
+        args.seed,
+        max_new_tokens,
+        args.eval_every,
+        tokenizer,
+        args.time_limit,
+        rows,
+        instructions,
+        args.stop_without_signal,
     )
     environment_now = environment()
     started = time.perf_counter()
@@ -353,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         "finished": False,
         "steps_run": 0,
         "stopped_by_time_limit": False,
+        "stopped_without_signal": None,
         "rollouts": 0,
         "visits_per_list": 0.0,
         "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
@@ -371,12 +415,14 @@ def main(argv: list[str] | None = None) -> int:
         curve = callback.curve()
         write_text_atomic(out / "curve.csv", curve.to_csv(index=False))
         leg = {"command": command, "from_step": first_step, "to_step": step, "time_limit": args.time_limit}
+        leg["stop_without_signal"] = args.stop_without_signal
         leg["environment"] = environment_now  # a resumed leg may run on another machine: each leg says where it ran
         leg["seconds"] = round(time.perf_counter() - started, 1)
         summary.update(
             finished=finished,
             steps_run=step,
             stopped_by_time_limit=callback.stopped_at is not None,
+            stopped_without_signal=callback.stopped_without_signal,
             rollouts=rollout_batches(step, mu) * prompts_a_step * config.num_generations,
             visits_per_list=rollout_batches(step, mu) * prompts_a_step / args.lists,
             means={int(s): means(group) for s, group in curve.groupby("step")},
@@ -387,8 +433,16 @@ def main(argv: list[str] | None = None) -> int:
 
     callback.on_score = write_results
     train(script, config, dataset, callbacks=[callback])
-    write_results(callback.stopped_at or args.steps, finished=callback.stopped_at is None)
-    figure(callback.curve(), out / "curve.png", f"k={args.lists} lists, {callback.stopped_at or args.steps} steps")
+    last = callback.stopped_at or callback.stopped_without_signal or args.steps
+    write_results(last, finished=last == args.steps)
+    figure(callback.curve(), out / "curve.png", f"k={args.lists} lists, {last} steps")
+    if callback.stopped_without_signal is not None:
+        print(
+            f"list_transfer: stopped at step {last}: no group's rewards differed for {args.stop_without_signal} steps "
+            f"in a row (every advantage 0); results in {out}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -406,6 +460,9 @@ def resumed(out: Path, settings: dict[str, Any]) -> tuple[dict[str, Any], list[d
     summary = json.loads((out / "summary.json").read_text())
     if summary.get("finished"):
         raise SystemExit(f"--resume: the run in {out} finished at step {summary['steps_run']}; nothing to continue")
+    if summary.get("stopped_without_signal") is not None:
+        step = summary["stopped_without_signal"]
+        raise SystemExit(f"--resume: the run in {out} stopped at step {step} without a reward signal; nothing to learn")
     changed = [key for key in _changed(summary["settings"], settings) if key not in WHERE]
     if changed:
         raise SystemExit(f"--resume: {out} was run with other settings ({', '.join(changed)}); pass the same flags")
