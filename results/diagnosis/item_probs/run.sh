@@ -5,9 +5,10 @@
 # rebuilt here from the coverage run's lists): how an item's probability moves with its place in the list; then the
 # step-120 adapters of the --shuffle-items runs (results/diagnosis/transfer/k8_shuffled120_sS: the same lists, seeds
 # and base model, so --no-base); then those of the entropy-bonus runs (k8_ent0.05_sS, k8_ent0.01_s0; --no-base) and of
-# the runs whose rollouts were sampled at temperature 1.5 (k8_temp1.5_sS; scored at 1, as the evaluation samples).
+# the runs whose rollouts were sampled at temperature 1.5 (k8_temp1.5_sS; scored at 1, as the evaluation samples),
+# and of the runs with LoRA dropout 0.1 (k8_drop0.1_sS).
 #   bash results/diagnosis/item_probs/run.sh RUNS   (RUNS: the runs/visits folder of k8_asked120_sS, k8_shuffled120_sS,
-#   k8_ent0.05_sS, k8_ent0.01_s0 and k8_temp1.5_sS)
+#   k8_ent0.05_sS, k8_ent0.01_s0, k8_temp1.5_sS and k8_drop0.1_sS)
 set -eu
 cd "$(dirname "$0")/../../.."
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -27,7 +28,7 @@ for seed in (0, 1):
 PY
 cmp "$O/rotations.jsonl" "$D/rotations.jsonl"
 .venv/bin/python tools/item_probs.py --lists "$D/rotations.jsonl" --out "$O/rotations_base"
-LATER="k8_shuffled120_s0 k8_shuffled120_s1 k8_ent0.05_s0 k8_ent0.05_s1 k8_ent0.01_s0 k8_temp1.5_s0 k8_temp1.5_s1"
+LATER="k8_shuffled120_s0 k8_shuffled120_s1 k8_ent0.05_s0 k8_ent0.05_s1 k8_ent0.01_s0 k8_temp1.5_s0 k8_temp1.5_s1 k8_drop0.1_s0 k8_drop0.1_s1"
 # (the base model is k8_asked120's)
 for t in $LATER; do
   .venv/bin/python tools/item_probs.py --run "$R/$t" --no-base --out "$O/$t"
