@@ -100,6 +100,22 @@ def frequency_aware_rewards(
     return _frequency_rewards([a if a in members else None for a in answers], lambda _: share, invalid)
 
 
+def centred_over_valid(rewards: Sequence[float | None]) -> list[float | None]:
+    """Each scored reward minus the mean of the scored ones (None stays None): a group's frequency rewards centred
+    over its valid answers, so they sum to 0 there and their level (1 + 1/L - sum_v f_v^2) drops out.
+
+    Why: summed with the format reward and centred over the whole group (TRL's sum_then_normalize), an unscored
+    (invalid) completion counts as 0, so an uncentred frequency reward's level of about 1 would add itself to the
+    format gap. Centred first, each valid answer's advantage is w_format (format_i - mean) + w_freq (f-part_i): the
+    two parts stay apart, as under normalize_then_sum, without dividing either by its group's std.
+    Example: (0.75, 0.75, 0.75, 1.25, None) -> (-0.125, -0.125, -0.125, 0.375, None)."""
+    scored = [r for r in rewards if r is not None]
+    if not scored:
+        return list(rewards)
+    mean = math.fsum(scored) / len(scored)
+    return [None if r is None else r - mean for r in rewards]
+
+
 def class_frequency_rewards(labels: Sequence[int | None], num_items: int | None = None) -> list[float]:
     """The paper's formula over equivalence classes: r_i = 1 - (f_{c_i} - 1/L), -1 for label None.
 
@@ -403,9 +419,21 @@ class TargetDistributionReward(GroupReward):
         return target_distribution_rewards(answers, items[0], target[0])
 
 
+class CentredValidFrequencyReward(ValidFrequencyReward):
+    """`ValidFrequencyReward` centred over the group's valid answers (`centred_over_valid`): the frequency part under
+    `split_format_reward` with `scale_rewards: none`, where TRL sums the weighted rewards and only subtracts the
+    group's mean (Dr. GRPO's mean-centred advantages, the two rewards kept apart). Logs as `FrequencyReward`."""
+
+    name = "valid_frequency_centred"
+
+    def __call__(self, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[Any]:
+        return centred_over_valid(super().__call__(prompts, completions, **kwargs))
+
+
 #: The instances the tasks train with (`gapo.train.task_data`).
 frequency_reward = FrequencyReward()
 valid_frequency_reward = ValidFrequencyReward()
+centred_valid_frequency_reward = CentredValidFrequencyReward()
 target_distribution_reward = TargetDistributionReward()
 
 

@@ -40,6 +40,7 @@ from gapo.rewards import (
     ClassFrequencyReward,
     GroupReward,
     answer_format_reward,
+    centred_valid_frequency_reward,
     frequency_reward,
     is_group_reward,
     target_distribution_reward,
@@ -195,7 +196,11 @@ def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) ->
         rewards = [target_distribution_reward]
         build = targets.make_target_distribution_dataset
     elif args.split_format_reward:
-        rewards = [answer_format_reward, valid_frequency_reward]
+        from gapo.trainer import mean_centred  # trl is loaded by now: `args` is a GAPOConfig (configs)
+
+        # scale_rewards none: TRL sums the weighted rewards and centres the sum, so the frequency part comes centred
+        frequency = centred_valid_frequency_reward if mean_centred(args) else valid_frequency_reward
+        rewards = [answer_format_reward, frequency]
         build = lists.make_list_selection_dataset
     else:
         rewards = [frequency_reward]

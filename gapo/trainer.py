@@ -109,8 +109,10 @@ class GAPOConfig(GRPOConfig):
         metadata={
             "help": "Score the answer format (valid or not) and the group's frequencies as two rewards, each "
             "normalised within its group (TRL's multi_objective_aggregation='normalize_then_sum'), so invalid "
-            "answers no longer set the valid answers' baseline and scale (docs/uniformity_diagnosis.md). "
-            "The paper: False (one reward, -1 for an invalid answer)."
+            "answers no longer set the valid answers' baseline and scale (docs/uniformity_diagnosis.md). With "
+            "scale_rewards none, each is centred in its group and neither divided by a std: TRL's sum_then_normalize "
+            "over gapo.rewards.CentredValidFrequencyReward (what gapo train then scores with). The paper: False "
+            "(one reward, -1 for an invalid answer)."
         },
     )
     generation_max_cache_len: int = field(
@@ -134,7 +136,9 @@ class GAPOConfig(GRPOConfig):
         if self.policy_dtype == "auto":
             self.policy_dtype = "bfloat16" if cuda or cpu_has_bf16() else "float32"
         if self.split_format_reward:
-            self.multi_objective_aggregation = "normalize_then_sum"
+            # none: the frequency reward comes centred over the valid answers (gapo.train.task_data), so TRL's sum of
+            # the weighted rewards minus the group's mean keeps the two parts apart with no std
+            self.multi_objective_aggregation = "sum_then_normalize" if mean_centred(self) else "normalize_then_sum"
         unsloth = self.backend == "unsloth"  # Unsloth generates and scores with its own kernels (docs/gpu.md)
         if self.shared_prompt_forward is None:
             self.shared_prompt_forward = not cuda and not unsloth
@@ -196,13 +200,14 @@ def config_problem(args: GAPOConfig) -> str | None:
         or (warmup >= 1 and warmup != int(warmup))
     ):
         return f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
-    if str(args.scale_rewards).lower() not in SCALE_REWARDS:
+    scale = str(args.scale_rewards).lower()
+    if scale not in SCALE_REWARDS:
         return f"scale_rewards must be one of group, batch, none (true: group, false: none), got {args.scale_rewards!r}"
-    if args.split_format_reward and str(args.scale_rewards).lower() not in ("group", "true"):
-        # TRL's normalize_then_sum never reads scale_rewards: another value would be silently ignored
+    if args.split_format_reward and scale == "batch":
+        # TRL's normalize_then_sum never reads scale_rewards: batch would be silently ignored
         return (
-            f"scale_rewards {args.scale_rewards!r} has no effect under split_format_reward (each reward is divided "
-            "by its group's std, the sum by the batch's): leave it group, or turn split_format_reward off"
+            "scale_rewards 'batch' has no meaning under split_format_reward (group: each reward over its group's "
+            "std, the sum over the batch's; none: each centred, no std): set group or none, or split_format_reward off"
         )
     weights = args.reward_weights
     if weights is not None and (
@@ -231,6 +236,11 @@ def config_problem(args: GAPOConfig) -> str | None:
     if args.policy_dtype not in POLICY_DTYPES:
         return f"policy_dtype must be one of {', '.join(POLICY_DTYPES)}, got {args.policy_dtype!r}"
     return None
+
+
+def mean_centred(args: Any) -> bool:
+    """Whether `args` leaves advantages mean-centred, divided by no std (`scale_rewards` none or false: Dr. GRPO)."""
+    return str(args.scale_rewards).lower() in ("none", "false")
 
 
 POLICY_DTYPES = ("auto", "float32", "bfloat16")
@@ -402,8 +412,16 @@ class GAPOTrainer(GRPOTrainer):
         metrics = self._metrics[mode]
         metrics["rewards/mean"].append(total.mean().item())
         metrics["rewards/std"].append(total.std().item() if total.numel() > 1 else 0.0)
-        zero_std = torch.isclose(grouped.std(dim=1), torch.zeros(1, device=grouped.device))
-        metrics["train/frac_zero_std_groups"].append(zero_std.float().mean().item())
+        metrics["train/frac_zero_std_groups"].append(zero_std_groups(grouped).float().mean().item())
+
+
+def zero_std_groups(grouped: torch.Tensor) -> torch.Tensor:
+    """Per group (row) of rewards, whether they are all equal: no advantage to learn from.
+
+    Relative to the rewards' size, as a float32 std of equal weighted sums is not 0 (0.3 + 1.26875 thirty-two times:
+    1.2e-7), and torch.isclose's default atol 1e-8 would count that group as carrying a signal."""
+    scale = grouped.abs().amax(dim=1).clamp(min=1.0)
+    return grouped.std(dim=1) <= 1e-6 * scale
 
 
 class SharedPromptGAPOTrainer(prefix.SharedPromptMixin, GAPOTrainer):

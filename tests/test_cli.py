@@ -67,8 +67,8 @@ def test_bad_input_is_one_line_before_loading(flags, message, tmp_path, capsys, 
         (["--split-format-reward", "--reward-weights", "0.3"], "reward_weights has 1 values; the task has 2 reward(s)"),
         (["--reward-weights", "1.0", "1.0"], "has 2 values; the task has 1 reward(s): frequency"),
         (["--dataset", "no/such/rows.jsonl"], "--dataset no/such/rows.jsonl: no such file"),
-        # TRL's normalize_then_sum never reads scale_rewards: refused, not silently ignored
-        (["--split-format-reward", "--scale-rewards", "batch"], "scale_rewards 'batch' has no effect under split_form"),
+        # batch under split_format_reward: neither of its aggregations reads it: refused, not silently ignored
+        (["--split-format-reward", "--scale-rewards", "batch"], "scale_rewards 'batch' has no meaning under split_fo"),
         # the lists recipe's two-reward settings on a one-reward task: both flags named in the one line
         (["--task", "open", "--split-format-reward"], "task open has one reward: pass --split-format-reward false --"),
     ],
@@ -89,7 +89,7 @@ def test_recipe_levers_are_checked_before_loading(flags, message, tmp_path, caps
         ({"max_steps": 0}, "max_steps must be a positive integer (or -1: train num_train_epochs epochs), got 0"),
         ({"num_iterations": 2.5}, "num_iterations must be a positive integer, got 2.5"),
         ({"scale_rewards": "std"}, "scale_rewards must be one of group, batch, none"),
-        ({"split_format_reward": True, "scale_rewards": "none"}, "scale_rewards 'none' has no effect under split_fo"),
+        ({"split_format_reward": True, "scale_rewards": "batch"}, "scale_rewards 'batch' has no meaning under split"),
         # PyYAML reads `2e-4` (no dot) as a string: one line naming the fix, not a TypeError in a comparison
         ({"learning_rate": "2e-4"}, "learning_rate must be a number, got '2e-4' (YAML reads 2e-4 as text: write 2.0e"),
         ({"beta": None}, "beta must be a number, got None"),

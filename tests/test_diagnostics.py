@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from gapo.metrics import advantage_split, first_item_share, frequency_spread, group_diversity_stats
 from gapo.rewards import (
     answer_format_reward,
+    centred_over_valid,
+    centred_valid_frequency_reward,
     frequency_aware_rewards,
     frequency_reward,
     valid_frequency_reward,
     validate_group_rewards,
 )
-from gapo.trainer import GAPOConfig, compute_group_rewards
+from gapo.trainer import GAPOConfig, compute_group_rewards, zero_std_groups
 
 ITEMS = ["a", "b", "c"]
 
@@ -121,17 +123,80 @@ def test_split_setting_selects_trls_normalize_then_sum(tmp_path):  # noqa: ANN00
     assert GAPOConfig(output_dir=str(tmp_path), num_generations=8).multi_objective_aggregation == "sum_then_normalize"
     args = GAPOConfig(output_dir=str(tmp_path), num_generations=8, split_format_reward=True)
     assert args.multi_objective_aggregation == "normalize_then_sum"
+    for none in ("none", False):  # mean-centred: TRL sums the (centred) rewards and subtracts the group's mean only
+        args = GAPOConfig(output_dir=str(tmp_path), num_generations=8, split_format_reward=True, scale_rewards=none)
+        assert args.multi_objective_aggregation == "sum_then_normalize" and args.scale_rewards == "none"
 
 
-def test_split_reward_trains_and_logs_the_diagnosis(tiny_gapo_trainer):  # noqa: ANN001
+def test_split_and_mean_centred_selects_the_centred_frequency_reward():
+    from gapo.train import configs, task_data
+
+    _, rewards = task_data(*configs({"model": "tiny-random", "num_prompts": 4, "split_format_reward": True}))
+    assert [r.__name__ for r in rewards] == ["answer_format_reward", "valid_frequency"]
+    settings_ = {"model": "tiny-random", "num_prompts": 4, "split_format_reward": True, "scale_rewards": "none"}
+    _, rewards = task_data(*configs(settings_))
+    assert [r.__name__ for r in rewards] == ["answer_format_reward", "valid_frequency_centred"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(-5, 5)), max_size=16))
+def test_centring_over_valid_keeps_differences_and_unscored_rows(rewards):  # noqa: ANN001
+    centred = centred_over_valid(rewards)
+    assert [c is None for c in centred] == [r is None for r in rewards]
+    scored = [(c, r) for c, r in zip(centred, rewards, strict=True) if r is not None]
+    if scored:
+        assert abs(math.fsum(c for c, _ in scored)) <= 1e-9 * len(scored) * 5
+        shift = scored[0][1] - scored[0][0]
+        assert all(r - c == pytest.approx(shift, abs=1e-9) for c, r in scored)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from(["a", "b", "c", None, "zzz"]), min_size=2, max_size=24),
+    st.floats(0.05, 3.0),
+    st.floats(0.1, 20.0),
+)
+def test_split_and_mean_centred_keeps_format_and_frequency_apart(answers, w_format, w_freq):  # noqa: ANN001
+    """TRL's sum_then_normalize with scale_rewards none on (format, centred frequency): each advantage is w_format x
+    the format reward's deviation from the group's mean plus w_freq x the valid answer's frequency reward's deviation
+    from the valid answers' mean, exactly: the frequency reward's level (about 1) never widens the format gap."""
+    prompts = [[{"role": "user", "content": "pick"}]] * len(answers)
+    columns = {"prompts": prompts, "completions": _completions(answers), "items": [ITEMS] * len(answers)}
+    form = answer_format_reward(**columns)
+    centred = centred_valid_frequency_reward(**columns)
+    per_func = torch.tensor([[f, math.nan if c is None else c] for f, c in zip(form, centred, strict=True)])
+    summed = (per_func * torch.tensor([w_format, w_freq])).nansum(dim=1)  # TRL's sum, NaN (unscored) as 0
+    advantages = summed - summed.mean()  # TRL's scale_rewards="none"
+    paper = frequency_reward(**columns)
+    valid = [a for a, ok in zip(paper, form, strict=True) if ok > 0]
+    mean_valid = sum(valid) / len(valid) if valid else 0.0
+    mean_form = sum(form) / len(form)
+    for advantage, f, r in zip(advantages.tolist(), form, paper, strict=True):
+        expected = w_format * (f - mean_form) + (w_freq * (r - mean_valid) if f > 0 else 0.0)
+        assert advantage == pytest.approx(expected, abs=1e-4)
+
+
+def test_groups_of_equal_weighted_rewards_carry_no_signal():
+    """A float32 std of 32 equal weighted sums is about 1e-7, not 0: still a group with nothing to learn."""
+    equal = torch.full((1, 32), 0.3 + 1.0 * (1 - (5 / 32 - 1 / 8)), dtype=torch.float32)
+    assert equal.std(dim=1).item() > 1e-8  # what torch.isclose's default atol would have called a signal
+    spread = torch.tensor([[1.0, 1.0, 1.0, 1.03125]])
+    assert zero_std_groups(torch.cat([equal[:, :4], spread])).tolist() == [True, False]
+    assert zero_std_groups(torch.full((2, 8), 12.5)).tolist() == [True, True]
+
+
+@pytest.mark.parametrize("scale_rewards", ["group", "none"])
+def test_split_reward_trains_and_logs_the_diagnosis(tiny_gapo_trainer, scale_rewards):  # noqa: ANN001
     """tiny-random never answers validly, so every frequency reward is None (NaN): the step must still be finite and
-    learn from the other rewards (a length reward stands in for a signal the random model can vary)."""
+    learn from the other rewards (a length reward stands in for a signal the random model can vary). Both ways of
+    forming the advantages: each reward over its group's std, and mean-centred (the centred frequency reward)."""
 
     def per_completion_length(completions, **kwargs):  # noqa: ANN001, ANN202
         return [-0.01 * len(c[-1]["content"]) for c in completions]
 
+    frequency = valid_frequency_reward if scale_rewards == "group" else centred_valid_frequency_reward
     trainer = tiny_gapo_trainer(
-        [answer_format_reward, valid_frequency_reward, per_completion_length], split_format_reward=True
+        [answer_format_reward, frequency, per_completion_length], split_format_reward=True, scale_rewards=scale_rewards
     )
     before = {k: v.clone() for k, v in trainer.model.named_parameters() if "lora_" in k}
     trainer.train()
@@ -141,7 +206,7 @@ def test_split_reward_trains_and_logs_the_diagnosis(tiny_gapo_trainer):  # noqa:
     logged = {k for row in trainer.state.log_history for k in row}
     for key in (
         "rewards/answer_format_reward/mean",
-        "rewards/valid_frequency/mean",
+        f"rewards/{frequency.__name__}/mean",
         "advantage/invalid",
         "advantage/valid_shift",
         "advantage/valid_spread",
