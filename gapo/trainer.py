@@ -35,7 +35,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults, prefix
 from gapo.backends import BACKENDS, cpu_has_bf16, reload_colocated_weights
-from gapo.rewards import is_group_reward, validate_group_rewards
+from gapo.rewards import CentredValidFrequencyReward, ValidFrequencyReward, is_group_reward, validate_group_rewards
 
 logger = logging.getLogger(__name__)
 
@@ -305,6 +305,20 @@ def check_reward_inputs(reward_funcs: Any, dataset: Any) -> None:
                 )
 
 
+def check_split_rewards(args: Any, reward_funcs: Any) -> None:
+    """One line, before any model work, for split rewards mean-centred over an uncentred frequency reward: TRL's
+    sum_then_normalize would count an invalid answer's missing frequency reward as 0, adding the reward's level (about
+    1) to the format gap (`gapo.rewards.centred_over_valid`). `gapo train` picks the centred one itself."""
+    if reward_funcs is None or not getattr(args, "split_format_reward", False) or not mean_centred(args):
+        return
+    for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
+        if isinstance(func, ValidFrequencyReward) and not isinstance(func, CentredValidFrequencyReward):
+            raise ValueError(
+                f"split_format_reward with scale_rewards none needs the frequency reward centred over the valid "
+                f"answers: pass gapo.rewards.centred_valid_frequency_reward instead of {func.__name__}"
+            )
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Trainer
 # --------------------------------------------------------------------------------------------------------------------
@@ -318,6 +332,7 @@ class GAPOTrainer(GRPOTrainer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
         config = kwargs.get("args", args[2] if len(args) > 2 else None)
+        check_split_rewards(config, kwargs.get("reward_funcs", args[1] if len(args) > 1 else None))
         if config is not None:
             # TRL wraps the model in its LoRA adapter before Trainer seeds anything, so the LoRA A matrices were drawn
             # from whatever the global RNG held: two runs of one recipe started from different adapters.

@@ -185,6 +185,14 @@ def test_groups_of_equal_weighted_rewards_carry_no_signal():
     assert zero_std_groups(torch.full((2, 8), 12.5)).tolist() == [True, True]
 
 
+def test_split_and_mean_centred_refuses_the_uncentred_frequency_reward(tiny_gapo_trainer):  # noqa: ANN001
+    """Built by hand (not through `gapo train`), the uncentred reward would widen the format gap: one line."""
+    rewards = [answer_format_reward, valid_frequency_reward]
+    with pytest.raises(ValueError, match="pass gapo.rewards.centred_valid_frequency_reward instead of valid_fr") as err:
+        tiny_gapo_trainer(rewards, split_format_reward=True, scale_rewards="none")
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("scale_rewards", ["group", "none"])
 def test_split_reward_trains_and_logs_the_diagnosis(tiny_gapo_trainer, scale_rewards):  # noqa: ANN001
     """tiny-random never answers validly, so every frequency reward is None (NaN): the step must still be finite and
