@@ -177,11 +177,15 @@ def test_split_and_mean_centred_keeps_format_and_frequency_apart(answers, w_form
 
 
 def test_groups_of_equal_weighted_rewards_carry_no_signal():
-    """A float32 std of 32 equal weighted sums is about 1e-7, not 0: still a group with nothing to learn."""
-    equal = torch.full((1, 32), 0.3 + 1.0 * (1 - (5 / 32 - 1 / 8)), dtype=torch.float32)
-    assert equal.std(dim=1).item() > 1e-8  # what torch.isclose's default atol would have called a signal
+    """Equal weighted sums in float32 may differ in their last bit (their std 1.2e-7 on this page's CPU, 32 times
+    0.3 + 1.26875): still a group with nothing to learn, where torch.isclose's default atol 1e-8 saw a signal."""
+    value = torch.tensor(0.3 + 1.0 * (1 - (5 / 32 - 1 / 8)), dtype=torch.float32)
+    one_ulp = torch.nextafter(value, torch.tensor(2.0))
+    equal = torch.cat([value.repeat(31), one_ulp.view(1)]).view(1, 32)
+    assert equal.std(dim=1).item() > 1e-8  # what torch.isclose's default atol calls a signal
     spread = torch.tensor([[1.0, 1.0, 1.0, 1.03125]])
     assert zero_std_groups(torch.cat([equal[:, :4], spread])).tolist() == [True, False]
+    assert zero_std_groups(equal).tolist() == [True]
     assert zero_std_groups(torch.full((2, 8), 12.5)).tolist() == [True, True]
 
 
