@@ -198,7 +198,6 @@ def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) ->
     elif args.split_format_reward:
         from gapo.trainer import mean_centred  # trl is loaded by now: `args` is a GAPOConfig (configs)
 
-        # scale_rewards none: TRL sums the weighted rewards and centres the sum, so the frequency part comes centred
         frequency = centred_valid_frequency_reward if mean_centred(args) else valid_frequency_reward
         rewards = [answer_format_reward, frequency]
         build = lists.make_list_selection_dataset

@@ -136,8 +136,7 @@ class GAPOConfig(GRPOConfig):
         if self.policy_dtype == "auto":
             self.policy_dtype = "bfloat16" if cuda or cpu_has_bf16() else "float32"
         if self.split_format_reward:
-            # none: the frequency reward comes centred over the valid answers (gapo.train.task_data), so TRL's sum of
-            # the weighted rewards minus the group's mean keeps the two parts apart with no std
+            # none: over a frequency reward centred beforehand (gapo.rewards.centred_over_valid says why)
             self.multi_objective_aggregation = "sum_then_normalize" if mean_centred(self) else "normalize_then_sum"
         unsloth = self.backend == "unsloth"  # Unsloth generates and scores with its own kernels (docs/gpu.md)
         if self.shared_prompt_forward is None:
@@ -306,9 +305,8 @@ def check_reward_inputs(reward_funcs: Any, dataset: Any) -> None:
 
 
 def check_split_rewards(args: Any, reward_funcs: Any) -> None:
-    """One line, before any model work, for split rewards mean-centred over an uncentred frequency reward: TRL's
-    sum_then_normalize would count an invalid answer's missing frequency reward as 0, adding the reward's level (about
-    1) to the format gap (`gapo.rewards.centred_over_valid`). `gapo train` picks the centred one itself."""
+    """One line, before any model work, for split rewards mean-centred over an uncentred frequency reward (why:
+    `gapo.rewards.centred_over_valid`). `gapo train` picks the centred one itself."""
     if reward_funcs is None or not getattr(args, "split_format_reward", False) or not mean_centred(args):
         return
     for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
