@@ -300,7 +300,9 @@ def train(
         remove_incomplete(out, resume_from)
     metrics_path = out / "metrics.jsonl"
     if resume_from is not None:
-        _trim_metrics(metrics_path, checkpoint_step(resume_from) or 0)
+        step = checkpoint_step(resume_from)
+        assert step is not None, resume_from  # last_checkpoint returns only checkpoint-N folders
+        _trim_metrics(metrics_path, step)
     elif metrics_path.exists():
         metrics_path.unlink()
     write_json_atomic(out / "config.json", run_config(script, args), indent=2)

@@ -215,7 +215,7 @@ def config_problem(args: GAPOConfig) -> str | None:
         or not all(isinstance(w, int | float) and not isinstance(w, bool) and math.isfinite(w) for w in weights)
     ):
         return f"reward_weights must be a list of finite numbers, one per reward function, got {weights!r}"
-    for name in ("temperature", "learning_rate", "lora_dropout", "beta"):
+    for name in ("temperature", "learning_rate", "lora_dropout", "beta", "entropy_coef"):
         value = getattr(args, name)
         if not isinstance(value, int | float) or isinstance(value, bool):
             hint = " (YAML reads 2e-4 as text: write 2.0e-4)" if isinstance(value, str) else ""
@@ -228,6 +228,9 @@ def config_problem(args: GAPOConfig) -> str | None:
         return f"lora_dropout must be in [0, 1), got {args.lora_dropout}"
     if not args.beta >= 0:
         return f"beta (the KL coefficient) must be >= 0, got {args.beta}"
+    if not 0 <= args.entropy_coef < float("inf"):
+        # TRL subtracts coef x entropy from the loss: a negative coefficient would push the policy to collapse
+        return f"entropy_coef (the entropy bonus) must be a finite number >= 0, got {args.entropy_coef}"
     if args.backend not in BACKENDS:
         return f"backend must be one of {', '.join(BACKENDS)}, got {args.backend!r}"
     if args.vllm_mode not in ("colocate", "server"):

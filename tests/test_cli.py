@@ -93,6 +93,8 @@ def test_recipe_levers_are_checked_before_loading(flags, message, tmp_path, caps
         # PyYAML reads `2e-4` (no dot) as a string: one line naming the fix, not a TypeError in a comparison
         ({"learning_rate": "2e-4"}, "learning_rate must be a number, got '2e-4' (YAML reads 2e-4 as text: write 2.0e"),
         ({"beta": None}, "beta must be a number, got None"),
+        ({"entropy_coef": "1e-2"}, "entropy_coef must be a number, got '1e-2' (YAML reads"),
+        ({"entropy_coef": -0.05}, "entropy_coef (the entropy bonus) must be a finite number >= 0, got -0.05"),
     ],
 )
 def test_a_params_section_gets_the_same_checks(values, message):  # noqa: ANN001
