@@ -4,7 +4,8 @@ One module because every experiment and notebook reduces samples with these: the
 
 `jsd_from_uniform` (6.1, Table 8's JS), `jsd_to_target` and `coverage` measure sampled answers against the offered
 items; `jsd_valid_from_uniform`, `top_share` and `first_item_share` tell the *distribution* apart from the *format*;
-`advantage_split` and `frequency_spread` are training diagnostics of one group, logged by the list rewards.
+`advantage_split` and `frequency_spread` are training diagnostics of one group, logged by the list rewards;
+`zero_std_groups` one of a step's groups, logged by the trainer.
 
 Answers arrive parsed by the rewards' rules: `gapo.rewards.extract_answer` (None: invalid) and, for lists,
 `gapo.equivalence.match_item`; Unique@n (`gapo.repro.scores.unique_at`) counts `gapo.equivalence` classes."""
@@ -216,6 +217,19 @@ def advantage_split(rewards: Sequence[float], valid: Sequence[bool], eps: float 
         "advantage/valid_shift": float(ok.sum() * abs(mean_valid - mean) / scale / size),
         "advantage/valid_spread": float(np.abs(r[ok] - mean_valid).sum() / scale / size),
     }
+
+
+def zero_std_groups(grouped: Any) -> np.ndarray:
+    """Per group (row) of a ``(groups, G)`` array of rewards, whether they are all equal: no advantage to learn from
+    (TRL's ``frac_reward_zero_std`` for the weighted sum, which `GAPOTrainer` logs as ``train/frac_zero_std_groups``).
+
+    Relative to the rewards' size, as a float32 std of equal weighted sums is not 0 (0.3 + 1.26875 thirty-two times:
+    1.2e-7), and torch.isclose's default atol 1e-8 would count that group as carrying a signal."""
+    r = np.asarray(grouped, dtype=np.float64)
+    if r.ndim != 2 or r.shape[1] < 2:
+        raise ValueError(f"zero_std_groups needs (groups, G) rewards with G >= 2, got shape {r.shape}")
+    scale = np.maximum(np.abs(r).max(axis=1), 1.0)
+    return r.std(axis=1, ddof=1) <= 1e-6 * scale
 
 
 def frequency_spread(answers: Sequence[str | None], valid_items: Sequence[str]) -> float:

@@ -436,6 +436,24 @@ valid_frequency_reward = ValidFrequencyReward()
 centred_valid_frequency_reward = CentredValidFrequencyReward()
 target_distribution_reward = TargetDistributionReward()
 
+#: TRL's `scale_rewards` values, as lower-case strings (it takes the booleans too: True is group, False none).
+SCALE_REWARDS = ("group", "batch", "none", "true", "false")
+
+
+def mean_centred(scale_rewards: Any) -> bool:
+    """Whether TRL's `scale_rewards` leaves advantages mean-centred, divided by no std (none or false: Dr. GRPO)."""
+    return str(scale_rewards).lower() in ("none", "false")
+
+
+def split_frequency_reward(scale_rewards: Any) -> ValidFrequencyReward:
+    """The frequency reward that goes beside `answer_format_reward` under `split_format_reward`, for `scale_rewards`.
+
+    One home for the pairing: `gapo.train.task_data` trains with it and `gapo.trainer.check_split_rewards` refuses
+    another. Mean-centred, TRL sums the weighted rewards and subtracts only the group's mean, so an uncentred
+    frequency reward (about 1 for every valid answer) would widen the format gap: it comes centred over the valid
+    answers (`centred_over_valid`). Divided by each reward's group std, the centring would change nothing."""
+    return centred_valid_frequency_reward if mean_centred(scale_rewards) else valid_frequency_reward
+
 
 class _ClassReward(GroupReward):
     """Shared parts of the rewards over equivalence classes: extract, check validity, partition.

@@ -40,11 +40,10 @@ from gapo.rewards import (
     ClassFrequencyReward,
     GroupReward,
     answer_format_reward,
-    centred_valid_frequency_reward,
     frequency_reward,
     is_group_reward,
+    split_frequency_reward,
     target_distribution_reward,
-    valid_frequency_reward,
 )
 from gapo.tasks import lists, open_ended, targets
 
@@ -196,10 +195,7 @@ def task_data(script: ScriptArguments, args: Any, dataset: Any | None = None) ->
         rewards = [target_distribution_reward]
         build = targets.make_target_distribution_dataset
     elif args.split_format_reward:
-        from gapo.trainer import mean_centred  # trl is loaded by now: `args` is a GAPOConfig (configs)
-
-        frequency = centred_valid_frequency_reward if mean_centred(args) else valid_frequency_reward
-        rewards = [answer_format_reward, frequency]
+        rewards = [answer_format_reward, split_frequency_reward(args.scale_rewards)]
         build = lists.make_list_selection_dataset
     else:
         rewards = [frequency_reward]

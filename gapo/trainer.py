@@ -22,6 +22,7 @@ Running it: `gapo train` (gapo.train; several GPUs: docs/scaling.md). From Pytho
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from dataclasses import dataclass, field
@@ -35,7 +36,15 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults, prefix
 from gapo.backends import BACKENDS, cpu_has_bf16, reload_colocated_weights
-from gapo.rewards import CentredValidFrequencyReward, ValidFrequencyReward, is_group_reward, validate_group_rewards
+from gapo.metrics import zero_std_groups
+from gapo.rewards import (
+    SCALE_REWARDS,
+    ValidFrequencyReward,
+    is_group_reward,
+    mean_centred,
+    split_frequency_reward,
+    validate_group_rewards,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +146,9 @@ class GAPOConfig(GRPOConfig):
             self.policy_dtype = "bfloat16" if cuda or cpu_has_bf16() else "float32"
         if self.split_format_reward:
             # none: over a frequency reward centred beforehand (gapo.rewards.centred_over_valid says why)
-            self.multi_objective_aggregation = "sum_then_normalize" if mean_centred(self) else "normalize_then_sum"
+            self.multi_objective_aggregation = (
+                "sum_then_normalize" if mean_centred(self.scale_rewards) else "normalize_then_sum"
+            )
         unsloth = self.backend == "unsloth"  # Unsloth generates and scores with its own kernels (docs/gpu.md)
         if self.shared_prompt_forward is None:
             self.shared_prompt_forward = not cuda and not unsloth
@@ -240,16 +251,9 @@ def config_problem(args: GAPOConfig) -> str | None:
     return None
 
 
-def mean_centred(args: Any) -> bool:
-    """Whether `args` leaves advantages mean-centred, divided by no std (`scale_rewards` none or false: Dr. GRPO)."""
-    return str(args.scale_rewards).lower() in ("none", "false")
-
-
 POLICY_DTYPES = ("auto", "float32", "bfloat16")
 #: transformers' learning-rate schedules (`SchedulerType`); its default, linear, decays to 0 over max_steps.
 SCHEDULERS = tuple(s.value for s in SchedulerType)
-#: TRL's `scale_rewards` values, as lower-case strings (it takes the booleans too: True is group, False none).
-SCALE_REWARDS = ("group", "batch", "none", "true", "false")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -308,15 +312,16 @@ def check_reward_inputs(reward_funcs: Any, dataset: Any) -> None:
 
 
 def check_split_rewards(args: Any, reward_funcs: Any) -> None:
-    """One line, before any model work, for split rewards mean-centred over an uncentred frequency reward (why:
-    `gapo.rewards.centred_over_valid`). `gapo train` picks the centred one itself."""
-    if reward_funcs is None or not getattr(args, "split_format_reward", False) or not mean_centred(args):
+    """One line, before any model work, for a frequency reward under `split_format_reward` that is not the one its
+    `scale_rewards` needs (`gapo.rewards.split_frequency_reward` says which and why). `gapo train` picks it itself."""
+    if reward_funcs is None or not getattr(args, "split_format_reward", False):
         return
+    needed = split_frequency_reward(args.scale_rewards)
     for func in reward_funcs if isinstance(reward_funcs, list) else [reward_funcs]:
-        if isinstance(func, ValidFrequencyReward) and not isinstance(func, CentredValidFrequencyReward):
+        if isinstance(func, ValidFrequencyReward) and not isinstance(func, type(needed)):
             raise ValueError(
-                f"split_format_reward with scale_rewards none needs the frequency reward centred over the valid "
-                f"answers: pass gapo.rewards.centred_valid_frequency_reward instead of {func.__name__}"
+                f"split_format_reward with scale_rewards {args.scale_rewards} needs the frequency reward centred over "
+                f"the valid answers: pass gapo.rewards.centred_valid_frequency_reward instead of {func.__name__}"
             )
 
 
@@ -331,9 +336,11 @@ class GAPOTrainer(GRPOTrainer):
     generated in the step, all processes), and what rewards log (`diversity/valid_fraction`, `diversity/group_jsd`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        check_reward_inputs(kwargs.get("reward_funcs"), kwargs.get("train_dataset"))
-        config = kwargs.get("args", args[2] if len(args) > 2 else None)
-        check_split_rewards(config, kwargs.get("reward_funcs", args[1] if len(args) > 1 else None))
+        # GRPOTrainer's own signature reads the arguments, given by position or by name, once
+        given = inspect.signature(GRPOTrainer.__init__).bind(self, *args, **kwargs).arguments
+        reward_funcs, config = given.get("reward_funcs"), given.get("args")
+        check_reward_inputs(reward_funcs, given.get("train_dataset"))
+        check_split_rewards(config, reward_funcs)
         if config is not None:
             # TRL wraps the model in its LoRA adapter before Trainer seeds anything, so the LoRA A matrices were drawn
             # from whatever the global RNG held: two runs of one recipe started from different adapters.
@@ -428,16 +435,7 @@ class GAPOTrainer(GRPOTrainer):
         metrics = self._metrics[mode]
         metrics["rewards/mean"].append(total.mean().item())
         metrics["rewards/std"].append(total.std().item() if total.numel() > 1 else 0.0)
-        metrics["train/frac_zero_std_groups"].append(zero_std_groups(grouped).float().mean().item())
-
-
-def zero_std_groups(grouped: torch.Tensor) -> torch.Tensor:
-    """Per group (row) of rewards, whether they are all equal: no advantage to learn from.
-
-    Relative to the rewards' size, as a float32 std of equal weighted sums is not 0 (0.3 + 1.26875 thirty-two times:
-    1.2e-7), and torch.isclose's default atol 1e-8 would count that group as carrying a signal."""
-    scale = grouped.abs().amax(dim=1).clamp(min=1.0)
-    return grouped.std(dim=1) <= 1e-6 * scale
+        metrics["train/frac_zero_std_groups"].append(float(zero_std_groups(grouped.detach().cpu().numpy()).mean()))
 
 
 class SharedPromptGAPOTrainer(prefix.SharedPromptMixin, GAPOTrainer):

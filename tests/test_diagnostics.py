@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gapo.metrics import advantage_split, first_item_share, frequency_spread, group_diversity_stats
+from gapo.metrics import advantage_split, first_item_share, frequency_spread, group_diversity_stats, zero_std_groups
 from gapo.rewards import (
     answer_format_reward,
     centred_over_valid,
@@ -23,7 +23,7 @@ from gapo.rewards import (
     valid_frequency_reward,
     validate_group_rewards,
 )
-from gapo.trainer import GAPOConfig, compute_group_rewards, zero_std_groups
+from gapo.trainer import GAPOConfig, compute_group_rewards
 
 ITEMS = ["a", "b", "c"]
 
@@ -186,7 +186,27 @@ def test_groups_of_equal_weighted_rewards_carry_no_signal():
     spread = torch.tensor([[1.0, 1.0, 1.0, 1.03125]])
     assert zero_std_groups(torch.cat([equal[:, :4], spread])).tolist() == [True, False]
     assert zero_std_groups(equal).tolist() == [True]
-    assert zero_std_groups(torch.full((2, 8), 12.5)).tolist() == [True, True]
+    assert zero_std_groups(np.full((2, 8), 12.5)).tolist() == [True, True]
+    with pytest.raises(ValueError, match=r"G >= 2, got shape \(8,\)"):
+        zero_std_groups(np.ones(8))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.floats(-1e4, 1e4, width=32),
+    st.integers(2, 64),
+    st.integers(0, 63),
+    st.floats(1e-4, 10.0),
+)
+def test_a_group_is_equal_up_to_its_last_bit_and_unequal_past_a_relative_gap(value, size, index, gap):  # noqa: ANN001
+    """Any float32 reward repeated G times, one of them a bit off, carries no signal; one moved by `gap` of the
+    rewards' size (at least 1) does."""
+    group = np.full(size, value, dtype=np.float32)
+    group[index % size] = np.nextafter(group[0], np.float32(np.inf))
+    assert zero_std_groups(group[None, :]).tolist() == [True]
+    moved = group.astype(np.float64)
+    moved[index % size] = value + gap * max(abs(value), 1.0)
+    assert zero_std_groups(np.stack([group, moved])).tolist() == [True, False]
 
 
 def test_split_and_mean_centred_refuses_the_uncentred_frequency_reward(tiny_gapo_trainer):  # noqa: ANN001

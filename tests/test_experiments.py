@@ -9,10 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gapo.metrics import INVALID, jsd_from_uniform
 from gapo.repro import prompts as ep
 from gapo.repro.experiments import (
+    LIST_METRICS,
     ExperimentResult,
     bias_case_study,
     bootstrap_draws,
@@ -345,6 +348,30 @@ def test_bootstrap_interval_is_centred_on_the_estimate_and_skips_nan():
     draws = bootstrap_draws(5, 3, seed=0, group=1)
     assert draws.shape == (4, 5) and draws[0].tolist() == [0, 1, 2, 3, 4]
     assert (draws == bootstrap_draws(5, 3, seed=0, group=1)).all() and not (draws == bootstrap_draws(5, 3, 0, 2)).all()
+
+
+def test_intervals_stay_inside_the_metric_range():
+    """Centred on an exactly uniform sample (JSD 0), the interval's lower end would fall below 0, as every resample
+    is less uniform than the sample: clipped at the metric's range, while a paired difference keeps its sign."""
+    reps = np.array([0.0, *np.linspace(0.01, 0.2, 101)])
+    assert interval(reps).low < 0
+    clipped = interval(reps, bounds=(0.0, 1.0))
+    assert clipped.low == 0.0 and clipped.high == pytest.approx(interval(reps).high)
+    assert interval(np.array([1.0, *np.linspace(0.0, 1.0, 101)]), bounds=(0.0, 1.0)).high == 1.0
+    lists = {"eight": list("abcdefgh")}
+    uniform = Sampler(ScriptedBackend(lambda text, j: f"<answer>{_list_items(text)[j % 8]}</answer>"))
+    result = uniformity(uniform, n=16, lists=lists, resamples=200)
+    row, summary = result.tables["per_list"].iloc[0], result.summary
+    assert row["jsd"] == 0 and row["jsd_ci_low"] == 0 and summary["mean_jsd_ci_low"] == 0 < summary["mean_jsd_ci_high"]
+    for metric in LIST_METRICS:
+        assert 0 <= row[f"{metric}_ci_low"] <= row[metric] <= row[f"{metric}_ci_high"] <= 1, metric
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0, 1), min_size=2, max_size=50))
+def test_a_clipped_interval_holds_its_estimate_inside_the_bounds(values):  # noqa: ANN001
+    iv = interval(np.array(values), bounds=(0.0, 1.0))
+    assert 0.0 <= iv.low <= iv.estimate <= iv.high <= 1.0
 
 
 def test_compare_gives_paired_differences_with_known_signs():

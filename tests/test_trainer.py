@@ -179,6 +179,24 @@ def test_prefilled_prompts_are_refused_before_training(tiny_gapo_trainer):  # no
         tiny_gapo_trainer([frequency_reward], dataset, lora=False)
 
 
+def test_arguments_given_by_position_are_checked_as_by_name(tiny_gapo_args):  # noqa: ANN001
+    """GRPOTrainer takes (model, reward_funcs, args, train_dataset, ...) by position too: the same one-line checks."""
+    from gapo.models import load_model_and_tokenizer
+    from gapo.rewards import answer_format_reward, valid_frequency_reward
+    from gapo.trainer import GAPOTrainer
+
+    model, tokenizer = load_model_and_tokenizer("tiny-random", dtype=torch.float32, device="cpu")
+    prefilled = make_list_selection_dataset(4, seed=0, response_prefix="<answer>")
+    args = tiny_gapo_args()
+    with pytest.raises(ValueError, match="dataset row 0: the prompt ends in an assistant turn"):
+        GAPOTrainer(model, [frequency_reward], args, prefilled, None, tokenizer)
+    split = tiny_gapo_args(split_format_reward=True, scale_rewards="none")
+    with pytest.raises(ValueError, match="pass gapo.rewards.centred_valid_frequency_reward instead of valid_freq"):
+        GAPOTrainer(model, [answer_format_reward, valid_frequency_reward], split, make_list_selection_dataset(4, 0))
+    with pytest.raises(TypeError):  # an argument GRPOTrainer does not take: refused before any model work too
+        GAPOTrainer(model, [frequency_reward], args, no_such_argument=1)
+
+
 def test_missing_reward_column_is_one_line_before_any_generation(tiny_gapo_trainer, tmp_path):  # noqa: ANN001
     from datasets import Dataset
 

@@ -346,6 +346,8 @@ LIST_METRICS: dict[str, Callable[[Sequence[str | None], Sequence[str]], float]] 
     "top_share": top_share,
     "first_item_share": first_item_share,
 }
+#: Where every one of `LIST_METRICS` lies (shares, and JSD in bits): their intervals are clipped to it.
+LIST_METRIC_RANGE = (0.0, 1.0)
 
 
 def score_uniformity(
@@ -394,7 +396,7 @@ def score_uniformity(
     per_list = pd.DataFrame(per_list_rows)
     summary: dict[str, float] = {}
     for metric, reps in list_replicates(samples, lists, resamples, seed).items():
-        _add_intervals(per_list, summary, metric, reps)
+        _add_intervals(per_list, summary, metric, reps, LIST_METRIC_RANGE)
     summary["mean_jsd_lenient"] = float(per_list["jsd_lenient"].mean())
     summary["mean_invalid_lenient"] = float(per_list["invalid_lenient"].mean())
     tables = {"samples": samples, "distribution": pd.DataFrame(dist_rows), "per_list": per_list}
@@ -453,9 +455,12 @@ def bootstrap_draws(n: int, resamples: int, seed: int, group: int) -> np.ndarray
     return np.concatenate([np.arange(n)[None, :], rng.integers(0, n, size=(resamples, n))])
 
 
-def interval(replicates: np.ndarray, level: float = LEVEL) -> Interval:
+def interval(
+    replicates: np.ndarray, level: float = LEVEL, bounds: tuple[float, float] = (-math.inf, math.inf)
+) -> Interval:
     """Point estimate (column 0) and a `level` interval from the spread of the resampled statistic (columns 1:),
-    centred on the estimate: ``[estimate - (median - q_low), estimate + (q_high - median)]``.
+    centred on the estimate: ``[estimate - (median - q_low), estimate + (q_high - median)]``, clipped to `bounds`
+    (the metric's range: centred, a JSD near 0 could get a lower end below 0; a paired difference has none).
 
     Why centred: JSD, coverage, top share and distinct counts of a resample are biased (a resample repeats some
     samples and drops others, so it covers fewer items and looks less uniform). The plain percentile interval then
@@ -468,7 +473,12 @@ def interval(replicates: np.ndarray, level: float = LEVEL) -> Interval:
     if len(rest) == 0 or math.isnan(estimate):
         return Interval(estimate, math.nan, math.nan)
     low, median, high = np.percentile(rest, [50.0 * (1.0 - level), 50.0, 50.0 * (1.0 + level)])
-    return Interval(estimate, float(estimate - (median - low)), float(estimate + (high - median)))
+    floor, ceiling = bounds
+    return Interval(
+        estimate,
+        float(min(max(estimate - (median - low), floor), ceiling)),
+        float(max(min(estimate + (high - median), ceiling), floor)),
+    )
 
 
 def _group_mean(replicates: np.ndarray) -> np.ndarray:
@@ -478,12 +488,15 @@ def _group_mean(replicates: np.ndarray) -> np.ndarray:
         return np.nanmean(replicates, axis=0)
 
 
-def _add_intervals(table: pd.DataFrame, summary: dict[str, Any], metric: str, replicates: np.ndarray) -> None:
-    """``metric_ci_low/high`` columns in `table` (one row per group) and ``mean_metric`` with its interval."""
-    per_group = [interval(row) for row in replicates]
+def _add_intervals(
+    table: pd.DataFrame, summary: dict[str, Any], metric: str, replicates: np.ndarray, bounds: tuple[float, float]
+) -> None:
+    """``metric_ci_low/high`` columns in `table` (one row per group) and ``mean_metric`` with its interval, each
+    clipped to the metric's `bounds`."""
+    per_group = [interval(row, bounds=bounds) for row in replicates]
     table[f"{metric}_ci_low"] = [i.low for i in per_group]
     table[f"{metric}_ci_high"] = [i.high for i in per_group]
-    overall = interval(_group_mean(replicates))
+    overall = interval(_group_mean(replicates), bounds=bounds)
     summary[f"mean_{metric}"] = overall.estimate
     summary[f"mean_{metric}_ci_low"] = overall.low
     summary[f"mean_{metric}_ci_high"] = overall.high
