@@ -352,7 +352,8 @@ def test_bootstrap_interval_is_centred_on_the_estimate_and_skips_nan():
 
 def test_intervals_stay_inside_the_metric_range():
     """Centred on an exactly uniform sample (JSD 0), the interval's lower end would fall below 0, as every resample
-    is less uniform than the sample: clipped at the metric's range, while a paired difference keeps its sign."""
+    is less uniform than the sample: clipped at the metric's range (paired differences are not clipped:
+    `test_compare_gives_paired_differences_with_known_signs`)."""
     reps = np.array([0.0, *np.linspace(0.01, 0.2, 101)])
     assert interval(reps).low < 0
     clipped = interval(reps, bounds=(0.0, 1.0))
