@@ -478,25 +478,40 @@ def test_collect_puts_a_legs_state_beside_the_results_not_in_them(tmp_path):  # 
     assert gpu_session.unpack_state(state, tmp_path / "here").is_dir()
 
 
-def test_issue34_plan_stages_then_runs_one_leg_carrying_the_last_state(tmp_path, capsys):  # noqa: ANN001
+def test_issue34_plan_stages_then_runs_two_legs_carrying_the_last_state(tmp_path, capsys):  # noqa: ANN001
     manifest = fake_manifest(9, 55 * gpu_session.MIB)
     (session,) = gpu_session.issue34_plan(manifest, "nvidia-h100-x1", root=tmp_path, tree=8 * gpu_session.MIB)
-    *staging, leg = session
-    assert [c["command"].split()[2] for c in staging] == ["receive"] * 9 + ["assemble"]
-    assert leg["command"] == f"TL={gpu_session.LEG_TRAIN_SECONDS} bash results/gpu/item5/leg.sh"
-    assert "carry" not in leg and leg["part"].startswith("item 5: the first leg")
-    assert gpu_session.planned_seconds(session) <= gpu_session.DEVICE_SECONDS
+    *staging, first, warm = session
+    # the last load, the assembly and the first leg are one call: one turn less while the machine is held
+    assert [c["command"].split()[2] for c in staging] == ["receive"] * 8
+    leg = f"TL={gpu_session.LEG_TRAIN_SECONDS} bash results/gpu/item5/leg.sh"
+    assert first["command"].split(" && ") == [
+        "python3 tools/gpu_session.py receive load-09 --payload runs/gpu_payload",
+        "python3 tools/gpu_session.py assemble",
+        leg,
+    ]
+    assert first["carry"] == ["runs/gpu_payload/load-09"] and first["part"].startswith("item 5: the last load")
+    # then a second leg on the warm machine with what is left of the session, inside one command's limit
+    train = int(warm["command"].split()[0].removeprefix("TL="))
+    assert warm["command"] == f"TL={train} bash results/gpu/item5/leg.sh" and "carry" not in warm
+    assert gpu_session.MIN_WARM_LEG_SECONDS <= train <= gpu_session.COMMAND_SECONDS
+    spent = gpu_session.planned_seconds(session) + gpu_session.PLAN_MARGIN_SECONDS
+    assert gpu_session.DEVICE_SECONDS - 1 <= spent <= gpu_session.DEVICE_SECONDS
     assert (ROOT / gpu_session.LEG).is_file()
-    # after a leg: its returned state travels with the next session's leg
+    # after a leg: its returned state travels with the next session's first leg, in a call of its own
     gpu_session.pack_state(a_legs_runs(tmp_path / "gpu"), tmp_path / gpu_session.STATE)
     (session,) = gpu_session.issue34_plan(manifest, "nvidia-h100-x1", root=tmp_path, tree=8 * gpu_session.MIB)
-    assert session[-1]["carry"] == ["runs/item5_state"] and session[-1]["part"].startswith("item 5: a leg from")
+    *staging, first, warm = session
+    assert [c["command"].split()[2] for c in staging] == ["receive"] * 9 + ["assemble"]
+    assert first["command"] == leg and first["seconds"] <= gpu_session.COMMAND_SECONDS
+    assert first["carry"] == ["runs/item5_state"] and first["part"].startswith("item 5: a first leg from")
+    assert "carry" not in warm and gpu_session.planned_seconds(session) <= gpu_session.DEVICE_SECONDS
     gpu_session.print_sessions([session])
     printed = capsys.readouterr().out.splitlines()
     calls = [json.loads(line) for line in printed if not line.startswith("#")]
     # `run` takes command, carry and timeout_s (no kind: the tool lends one); the comment says what it was sized for
-    assert calls[-1] == {k: session[-1][k] for k in gpu_session.RUN_KEYS} and "kind" not in calls[-1]
-    assert printed[-2].startswith(f"# call {len(session)}, session 1, nvidia-h100-x1: item 5: a leg from")
+    assert calls[-2] == {k: first[k] for k in gpu_session.RUN_KEYS} and "kind" not in calls[-2]
+    assert printed[-4].startswith(f"# call {len(session) - 1}, session 1, nvidia-h100-x1: item 5: a first leg from")
     # over the device's limits: one line
     (tmp_path / gpu_session.STATE / "state.tar.part009").write_bytes(bytes(400 * 1024))
     tree = 64 * gpu_session.MIB - 300 * 1024  # room for a small load, not for the state
@@ -504,6 +519,14 @@ def test_issue34_plan_stages_then_runs_one_leg_carrying_the_last_state(tmp_path,
         gpu_session.issue34_plan(fake_manifest(9, 1024), "nvidia-h100-x1", root=tmp_path, tree=tree)
     with pytest.raises(gpu_session.LimitError, match="staging and a leg are planned at"):
         gpu_session.issue34_plan(fake_manifest(40, gpu_session.MIB), "nvidia-h200", root=tmp_path, tree=0)
+
+
+def test_issue34_plan_leaves_out_a_warm_leg_too_short_to_score(tmp_path):  # noqa: ANN001
+    """Staging that leaves under a minute of training after the first leg plans no second leg."""
+    loads = 24  # 70 + 22 x 10 + the merged call (10 + 60 + 290 + 150) = 800 s: 100 s left, 10 s of training
+    (session,) = gpu_session.issue34_plan(fake_manifest(loads, 1024), "nvidia-h200", root=tmp_path, tree=0)
+    assert session[-1]["part"].startswith("item 5: the last load") and len(session) == loads
+    assert gpu_session.planned_seconds(session) + gpu_session.PLAN_MARGIN_SECONDS <= gpu_session.DEVICE_SECONDS
 
 
 @pytest.mark.timeout(900)

@@ -499,8 +499,14 @@ def issue35_parts(adapter: str = COMMITTED_ADAPTER) -> list[Part]:
 
 #: Where the staging's planned seconds come from (PLANNED_SECONDS).
 STAGING_SOURCE = {
-    "start": "measured: H200, 2026-11-26, 45 s for the start and the first load; H100, 2026-11-27, 29 s; rounded up",
-    "load": "measured: H200, 2026-11-26, ~5 s a load of 57 MiB; H100, 2026-11-27, 5-8 s a load of 55 MiB; rounded up",
+    "start": (
+        "measured: H200, 2026-11-26, 45 s for the start and the first load; 2026-12-04, 49 s; H100, 2026-11-27, 29 s; "
+        "rounded up"
+    ),
+    "load": (
+        "measured: H200, 2026-11-26, ~5 s a load of 57 MiB; 2026-12-04, 4-9 s a load of 48 MiB; H100, 2026-11-27, "
+        "5-8 s a load of 55 MiB; rounded up"
+    ),
     "assemble": "estimated: start, loads and assembly took ~63 s together on an H200 (no-weights payload)",
 }
 
@@ -624,13 +630,22 @@ def print_sessions(sessions: list[list[dict[str, Any]]]) -> None:
 
 #: Where `collect` puts a leg's returned state and where the next leg's call carries it from (ignored by git).
 STATE = Path("runs/item5_state")
-#: The script of one leg (results/gpu/item5/leg.sh) and its training time: the 600-s call less ~140 s from launch to
-#: the first step (imports, the GGUF's conversion, load: H100, 2026-11-27), the last scoring, and packing the state.
+#: The script of one leg (results/gpu/item5/leg.sh) and the first leg's training time (--time-limit): the 600-s call
+#: less the last load, the assembly, and LEG_OVERHEAD_SECONDS["first"].
 LEG = "results/gpu/item5/leg.sh"
-LEG_TRAIN_SECONDS = 330
+LEG_TRAIN_SECONDS = 290
+#: A leg's device seconds beyond its training time, measured on one H200 on 2026-12-04 (results/gpu/item5/
+#: h200_2026-12-04) and rounded up: the session's first leg 128 s (the last load's receive, the assembly, the GGUF's
+#: conversion, loading, step 0's scoring, the last scoring and packing: TL=290 took 418 s), a leg after it on the warm
+#: machine 35-39 s (loading, the last scoring and packing; TL=150 took 189 s, TL=70 105 s).
+LEG_OVERHEAD_SECONDS = {"first": 150, "warm": 60}
+#: Device seconds a plan leaves unspent: the turns between calls (a machine idle for 30 s goes back) and the returns.
+PLAN_MARGIN_SECONDS = 30
+#: The shortest training worth a warm leg: two scorings apart (--eval-every 25 at ~1.4 s a step, 2026-12-04).
+MIN_WARM_LEG_SECONDS = 60
 LEG_SOURCE = (
-    "measured: H100, 2026-11-27 (results/gpu/item5): ~140 s from launch to the first step, then about 2.1 s a step "
-    "with three runs side by side; 330 s of training a leg"
+    "measured: H200, 2026-12-04 (results/gpu/item5/h200_2026-12-04): two runs side by side at a median 1.37 s a "
+    "step; a first leg of TL=290 took 418 s with the last load and the assembly, warm legs TL + 35-39 s"
 )
 
 
@@ -648,27 +663,45 @@ def issue34_plan(
     tree: int | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The next session of issue 34's item 5: stage the training payload (`prepare --training-only`) on a bare machine,
-    then one leg of the runs (`LEG`), carrying the state the last leg returned when there is one (`collect` put it in
-    `state`). Each later session is the same plan again, until the runs finish. One line, before any call, for a
-    session or a call over the device's limits."""
+    run a first leg of the runs (`LEG`) in the call that brings the last load and assembles (one turn less while the
+    machine is held), then a second leg on the warm machine with the device time left (its /tmp keeps the runs, so
+    leg.sh resumes them). A state the last session returned (`collect` put it in `state`) travels with the first leg,
+    which then has a call of its own after the assembly. Each later session is the same plan again, until the runs
+    finish. One line, before any call, for a session or a call over the device's limits."""
     check_kind(kind, shapes=("0.5b",))
     tree = tree_bytes(root) if tree is None else tree
     check_loads(manifest, tree)
     carried = state_bytes(root / state)
     check_carried(f"the state in {state}", carried, tree)
     session = staging_calls(manifest, payload, "training")
-    leg = {"command": f"TL={LEG_TRAIN_SECONDS} bash {LEG}", "timeout_s": COMMAND_SECONDS}
+    first = f"TL={LEG_TRAIN_SECONDS} bash {LEG}"
+    seconds = LEG_TRAIN_SECONDS + LEG_OVERHEAD_SECONDS["first"]
     if carried:
-        leg["carry"] = [str(state)]
-    what = "a leg from the state returned last" if carried else "the first leg (no state returned yet)"
-    leg.update(part=f"item 5: {what}", payload="training", seconds=COMMAND_SECONDS, source=LEG_SOURCE)
+        leg = {"command": first, "carry": [str(state)], "timeout_s": COMMAND_SECONDS}
+        what = "a first leg from the state returned last"
+    else:
+        *session, last, assembly = session
+        leg = {"command": f"{last['command']} && {assembly['command']} && {first}", "carry": last["carry"]}
+        leg["timeout_s"] = COMMAND_SECONDS
+        seconds += last["seconds"] + assembly["seconds"]
+        what = "the last load, the assembly and the first leg (no state returned yet)"
+    leg.update(part=f"item 5: {what}", payload="training", seconds=seconds, source=LEG_SOURCE)
     session.append(leg)
-    check_calls(session, kind)
-    if planned_seconds(session) > DEVICE_SECONDS:
+    if seconds > COMMAND_SECONDS:
+        raise LimitError(f"the first leg is planned at {seconds} s; a command runs {COMMAND_SECONDS} at most")
+    if planned_seconds(session) + PLAN_MARGIN_SECONDS > DEVICE_SECONDS:
         raise LimitError(
             f"staging and a leg are planned at {planned_seconds(session) / 60:.1f} min; a session has "
             f"{DEVICE_SECONDS // 60}"
         )
+    left = DEVICE_SECONDS - PLAN_MARGIN_SECONDS - planned_seconds(session) - LEG_OVERHEAD_SECONDS["warm"]
+    train = min(left, COMMAND_SECONDS - LEG_OVERHEAD_SECONDS["warm"])
+    if train >= MIN_WARM_LEG_SECONDS:
+        warm = {"command": f"TL={train} bash {LEG}", "timeout_s": COMMAND_SECONDS}
+        warm.update(part="item 5: a second leg on the warm machine, resuming the runs in its /tmp", payload="training")
+        warm.update(seconds=train + LEG_OVERHEAD_SECONDS["warm"], source=LEG_SOURCE)
+        session.append(warm)
+    check_calls(session, kind)
     return [session]
 
 
