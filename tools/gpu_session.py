@@ -630,8 +630,8 @@ def print_sessions(sessions: list[list[dict[str, Any]]]) -> None:
 
 #: Where `collect` puts a leg's returned state and where the next leg's call carries it from (ignored by git).
 STATE = Path("runs/item5_state")
-#: The script of one leg (results/gpu/item5/leg.sh) and the first leg's training time (--time-limit): the 600-s call
-#: less the last load, the assembly, and LEG_OVERHEAD_SECONDS["first"].
+#: The script of one leg (results/gpu/item5/leg.sh) and the first leg's training time (--time-limit), as run on
+#: 2026-12-04: inside one 600-s call with the last load and the assembly, and with room left for a warm leg.
 LEG = "results/gpu/item5/leg.sh"
 LEG_TRAIN_SECONDS = 290
 #: A leg's device seconds beyond its training time, measured on one H200 on 2026-12-04 (results/gpu/item5/
