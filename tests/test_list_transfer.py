@@ -83,6 +83,11 @@ def test_a_run_scores_train_heldin_and_unseen_lists_every_few_steps(tmp_path: Pa
     # every scored step's adapter stays, to be scored again with the pipeline's settings (without the flag: the newest)
     assert sorted(p.name for p in (out / "run").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     assert summary["settings"]["train"]["lr_scheduler_type"] == "constant"
+    # the data settings recorded are the run's own (2 lists of 8 items), not params.yaml's
+    train = summary["settings"]["train"]
+    items = list_transfer.ITEMS
+    assert (train["num_prompts"], train["min_items"], train["max_items"]) == (2, items, items)
+    assert all(len(row) == items for row in summary["scored_lists"]["train"].values())
     assert summary["visits_per_list"] == 2.0  # 2 steps x 2 prompts / 2 lists
     curve = (out / "curve.csv").read_text().splitlines()
     assert curve[0] == "step,set,list,jsd,jsd_valid,invalid,top_share"

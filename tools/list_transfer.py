@@ -348,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
     section.update(overrides, model=args.model, seed=args.seed, max_steps=args.steps, output_dir=str(out / "run"))
+    # the data this run trains on (its own rows, not the pipeline's), so that summary.json says so
+    section.update(num_prompts=args.lists, min_items=ITEMS, max_items=ITEMS)
     # a checkpoint at every scoring (and at a time limit): a run killed at a device call's limit resumes from there
     keep = None if args.keep_checkpoints else 1
     section.update(save_steps=args.eval_every, save_total_limit=keep, resume=args.resume)
