@@ -677,16 +677,14 @@ def issue34_plan(
     first = f"TL={LEG_TRAIN_SECONDS} bash {LEG}"
     seconds = LEG_TRAIN_SECONDS + LEG_OVERHEAD_SECONDS["first"]
     if carried:
-        leg = {"command": first, "carry": [str(state)], "timeout_s": COMMAND_SECONDS}
-        what = "a first leg from the state returned last"
+        command, carry, what = first, [str(state)], "a first leg from the state returned last"
     else:
         *session, last, assembly = session
-        leg = {"command": f"{last['command']} && {assembly['command']} && {first}", "carry": last["carry"]}
-        leg["timeout_s"] = COMMAND_SECONDS
+        command, carry = f"{last['command']} && {assembly['command']} && {first}", last["carry"]
         seconds += last["seconds"] + assembly["seconds"]
         what = "the last load, the assembly and the first leg (no state returned yet)"
-    leg.update(part=f"item 5: {what}", payload="training", seconds=seconds, source=LEG_SOURCE)
-    session.append(leg)
+    leg = {"command": command, "carry": carry, "timeout_s": COMMAND_SECONDS, "part": f"item 5: {what}"}
+    session.append({**leg, "payload": "training", "seconds": seconds, "source": LEG_SOURCE})
     if seconds > COMMAND_SECONDS:
         raise LimitError(f"the first leg is planned at {seconds} s; a command runs {COMMAND_SECONDS} at most")
     if planned_seconds(session) + PLAN_MARGIN_SECONDS > DEVICE_SECONDS:
@@ -697,10 +695,11 @@ def issue34_plan(
     left = DEVICE_SECONDS - PLAN_MARGIN_SECONDS - planned_seconds(session) - LEG_OVERHEAD_SECONDS["warm"]
     train = min(left, COMMAND_SECONDS - LEG_OVERHEAD_SECONDS["warm"])
     if train >= MIN_WARM_LEG_SECONDS:
-        warm = {"command": f"TL={train} bash {LEG}", "timeout_s": COMMAND_SECONDS}
-        warm.update(part="item 5: a second leg on the warm machine, resuming the runs in its /tmp", payload="training")
-        warm.update(seconds=train + LEG_OVERHEAD_SECONDS["warm"], source=LEG_SOURCE)
-        session.append(warm)
+        what = "a second leg on the warm machine, resuming the runs in its /tmp"
+        leg = {"command": f"TL={train} bash {LEG}", "timeout_s": COMMAND_SECONDS, "part": f"item 5: {what}"}
+        session.append(
+            {**leg, "payload": "training", "seconds": train + LEG_OVERHEAD_SECONDS["warm"], "source": LEG_SOURCE}
+        )
     check_calls(session, kind)
     return [session]
 
