@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -471,11 +472,18 @@ def test_collect_puts_a_legs_state_beside_the_results_not_in_them(tmp_path):  # 
     state.mkdir(parents=True)
     (state / "state.tar.part009").write_text("the previous leg's")
     copied = gpu_session.collect(files_at, results, state)
-    assert sorted(p.name for p in results.iterdir()) == ["device.txt"]
-    assert sorted(p.name for p in state.iterdir()) == sorted(p.name for p in (files_at / "state").iterdir())
-    assert len(copied) == 1 + len(list(state.iterdir()))
+    # a leg's call returns its state and device.txt only: the device's name goes with the state, results/ stays clean
+    assert not results.exists() and (state / "device.txt").read_text() == "# device: NVIDIA H100 80GB HBM3\n"
+    assert sorted(p.name for p in state.iterdir()) == sorted(
+        ["device.txt", *(p.name for p in files_at.glob("state/*"))]
+    )
+    assert len(copied) == len(list(state.iterdir()))
     assert json.loads((state / "state.json").read_text())["device"] == "NVIDIA H100 80GB HBM3"
     assert gpu_session.unpack_state(state, tmp_path / "here").is_dir()
+    # a call that returns results beside a state: device.txt names the results
+    (files_at / "uniformity.json").write_text("{}")
+    gpu_session.collect(files_at, results, state)
+    assert sorted(p.name for p in results.iterdir()) == ["device.txt", "uniformity.json"]
 
 
 def test_issue34_plan_stages_then_runs_two_legs_carrying_the_last_state(tmp_path, capsys):  # noqa: ANN001
@@ -498,27 +506,71 @@ def test_issue34_plan_stages_then_runs_two_legs_carrying_the_last_state(tmp_path
     spent = gpu_session.planned_seconds(session) + gpu_session.PLAN_MARGIN_SECONDS
     assert gpu_session.DEVICE_SECONDS - 1 <= spent <= gpu_session.DEVICE_SECONDS
     assert (ROOT / gpu_session.LEG).is_file()
-    # after a leg: its returned state travels with the next session's first leg, in a call of its own
+    # after a leg: its returned state is staged in calls of its own before the first leg, which resumes from it
     gpu_session.pack_state(a_legs_runs(tmp_path / "gpu"), tmp_path / gpu_session.STATE)
     (session,) = gpu_session.issue34_plan(manifest, "nvidia-h100-x1", root=tmp_path, tree=8 * gpu_session.MIB)
-    *staging, first, warm = session
-    assert [c["command"].split()[2] for c in staging] == ["receive"] * 9 + ["assemble"]
-    assert first["command"] == leg and first["seconds"] <= gpu_session.COMMAND_SECONDS
-    assert first["carry"] == ["runs/item5_state"] and first["part"].startswith("item 5: a first leg from")
+    *staging, receive_state, first, warm = session
+    assert [c["command"].split()[2] for c in staging] == ["receive"] * 8
+    assert receive_state["command"] == "python3 tools/gpu_session.py receive-state runs/item5_state"
+    assert receive_state["carry"] == ["runs/item5_state/state.json", "runs/item5_state/state.tar.part000"]
+    assert first["command"].endswith(f"&& {leg}") and first["carry"] == ["runs/gpu_payload/load-09"]
+    assert first["part"].startswith("item 5: the last load, the assembly and the first leg, resuming")
     assert "carry" not in warm and gpu_session.planned_seconds(session) <= gpu_session.DEVICE_SECONDS
     gpu_session.print_sessions([session])
     printed = capsys.readouterr().out.splitlines()
     calls = [json.loads(line) for line in printed if not line.startswith("#")]
     # `run` takes command, carry and timeout_s (no kind: the tool lends one); the comment says what it was sized for
     assert calls[-2] == {k: first[k] for k in gpu_session.RUN_KEYS} and "kind" not in calls[-2]
-    assert printed[-4].startswith(f"# call {len(session) - 1}, session 1, nvidia-h100-x1: item 5: a first leg from")
+    assert printed[-4].startswith(f"# call {len(session) - 1}, session 1, nvidia-h100-x1: item 5: the last load")
+    # two runs' state as a leg of 2026-12-04 returned it (52.3 MiB in 4 parts) beside a 14.5 MiB tree: two calls
+    mib = gpu_session.MIB
+    sizes = [16 * mib, 16 * mib, 16 * mib, 4534272]
+    parts = [{"name": f"state.tar.part{i:03d}", "size": size, "sha256": ""} for i, size in enumerate(sizes)]
+    (tmp_path / gpu_session.STATE / "state.json").write_text(json.dumps({"folder": "item5", "parts": parts}))
+    tree = int(14.5 * mib)
+    staged = gpu_session.state_calls(gpu_session.STATE, tmp_path, tree)
+    assert [c["carry"][1:] for c in staged] == [
+        ["runs/item5_state/state.tar.part000", "runs/item5_state/state.tar.part001"],
+        ["runs/item5_state/state.tar.part002", "runs/item5_state/state.tar.part003"],
+    ]
+    (session,) = gpu_session.issue34_plan(fake_manifest(10, 47 * mib), "nvidia-h200", root=tmp_path, tree=tree)
+    assert sum(c["command"].split()[2] == "receive-state" for c in session) == 2
+    assert gpu_session.planned_seconds(session) + gpu_session.PLAN_MARGIN_SECONDS <= gpu_session.DEVICE_SECONDS
     # over the device's limits: one line
-    (tmp_path / gpu_session.STATE / "state.tar.part009").write_bytes(bytes(400 * 1024))
-    tree = 64 * gpu_session.MIB - 300 * 1024  # room for a small load, not for the state
-    with pytest.raises(gpu_session.LimitError, match="the state in runs/item5_state .* over the device's 64 MiB"):
-        gpu_session.issue34_plan(fake_manifest(9, 1024), "nvidia-h100-x1", root=tmp_path, tree=tree)
+    with pytest.raises(gpu_session.LimitError, match="the state in runs/item5_state has a part of 16.0 MiB: with the"):
+        gpu_session.issue34_plan(fake_manifest(9, 1024), "nvidia-h100-x1", root=tmp_path, tree=50 * mib)
     with pytest.raises(gpu_session.LimitError, match="staging and a leg are planned at"):
         gpu_session.issue34_plan(fake_manifest(40, gpu_session.MIB), "nvidia-h200", root=tmp_path, tree=0)
+
+
+def test_receive_state_stages_the_parts_each_call_carried_and_checks_them(tmp_path):  # noqa: ANN001
+    """The device side of the state calls: each call's parts land in the stage beside state.json; once all are in,
+    leg.sh's unpack reads the runs back byte for byte. A damaged part is one line and is not kept."""
+    runs = a_legs_runs(tmp_path / "gpu")
+    state = tmp_path / "runs" / "item5_state"
+    count = gpu_session.pack_state(runs, state, part_bytes=16384)
+    stage = tmp_path / "stage"
+    for index, name in enumerate(sorted(p.name for p in state.glob("state.tar.part*"))):
+        carried = tmp_path / f"call{index}" / "runs" / "item5_state"  # what one call's carry brings
+        carried.mkdir(parents=True)
+        shutil.copy(state / "state.json", carried)
+        shutil.copy(state / name, carried)
+        assert gpu_session.receive_state(carried, stage) == index + 1
+    assert count == index + 1
+    back = gpu_session.unpack_state(stage / "item5_state", tmp_path / "bare")
+    assert (back / "format0.3_s0/run/checkpoint-25/optimizer.pt").read_bytes() == (
+        runs / "format0.3_s0/run/checkpoint-25/optimizer.pt"
+    ).read_bytes()
+    part = carried / name
+    part.write_bytes(b"x" + part.read_bytes()[1:])
+    with pytest.raises(gpu_session.LimitError, match="does not match its sha256 after the transfer; send it again"):
+        gpu_session.receive_state(carried, tmp_path / "stage2")
+    assert not (tmp_path / "stage2" / "item5_state" / name).exists()
+    part.unlink()
+    with pytest.raises(gpu_session.LimitError, match="no part of the state in"):
+        gpu_session.receive_state(carried, tmp_path / "stage3")
+    with pytest.raises(gpu_session.LimitError, match="no state.json in"):
+        gpu_session.receive_state(tmp_path, tmp_path / "stage4")
 
 
 def test_issue34_plan_leaves_out_a_warm_leg_too_short_to_score(tmp_path):  # noqa: ANN001
@@ -539,19 +591,24 @@ def test_two_legs_of_leg_sh_on_tiny_random_resume_one_run_across_bare_machines(t
     state = tmp_path / "runs" / "item5_state"
     env = dict(os.environ, LEG_FLAGS=flags, LEG_SEEDS="0", STATE=str(state), PY=sys.executable)
 
-    def leg(number: int, seconds: str) -> Path:
-        out = tmp_path / f"OUT{number}"
+    def leg(number: int, seconds: str, machine: int | None = None) -> Path:
+        out, runs = tmp_path / f"OUT{number}", tmp_path / f"machine{machine or number}" / "item5"
         out.mkdir()
-        leg_env = dict(env, TL=seconds, OUT=str(out), ITEM5_DIR=str(tmp_path / f"machine{number}" / "item5"))
+        leg_env = dict(env, TL=seconds, OUT=str(out), ITEM5_DIR=str(runs))
         proc = subprocess.run(["bash", gpu_session.LEG], cwd=ROOT, env=leg_env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
         gpu_session.collect(out, tmp_path / "results", state)
-        return tmp_path / f"machine{number}" / "item5" / "format0.3_s0"
+        return runs / "format0.3_s0"
 
     first = json.loads((leg(1, "0.001") / "summary.json").read_text())
     assert not first["finished"] and first["steps_run"] == 1 and len(first["legs"]) == 1
-    second = json.loads((leg(2, "600") / "summary.json").read_text())
+    first_state = shutil.copytree(state, tmp_path / "leg1_state")
+    finished = (leg(2, "600") / "summary.json").read_text()
+    second = json.loads(finished)
     assert second["finished"] and second["steps_run"] == 4
     assert [(g["from_step"], g["to_step"]) for g in second["legs"]] == [(0, 1), (1, 4)]
-    assert (tmp_path / "results" / "device.txt").read_text() == "# device: cpu\n"
+    assert (state / "device.txt").read_text() == "# device: cpu\n" and not (tmp_path / "results").exists()
     assert gpu_session.unpack_state(state, tmp_path / "read")  # the finished runs, readable here
+    # a warm machine keeps its runs: a state staged before them (leg 1's) is not unpacked over them
+    env["STATE"] = str(first_state)
+    assert (leg(3, "600", machine=2) / "summary.json").read_text() == finished

@@ -9,13 +9,14 @@ On the CPU machine (stdlib and pip only; nothing of gapo is imported):
     python tools/gpu_session.py plan [--kind nvidia-h200]        # the device `run` calls, in order
     python tools/gpu_session.py plan --issue 35                  # issue 35's items 1-3, session by session, each
                                                                  # call's planned time and whether it was measured
-    python tools/gpu_session.py plan --issue 34                  # issue 34 item 5's next leg (a --training-only
-                                                                 # payload), carrying the state the last leg returned
+    python tools/gpu_session.py plan --issue 34                  # issue 34 item 5's next legs (a --training-only
+                                                                 # payload), staging the state the last leg returned
     python tools/gpu_session.py collect FILES_AT                  # a call's returned files -> results/gpu/, a leg's
                                                                  # state -> runs/item5_state/
     python tools/gpu_session.py unpack-state runs/item5_state --into runs   # read a leg's curves here
 On the GPU machine (the plan's commands call these; the tool travels with the working tree):
     python3 tools/gpu_session.py receive load-03     # copy one load into /tmp/gapo, check every part's sha256
+    python3 tools/gpu_session.py receive-state runs/item5_state   # the state parts a call carried -> /tmp/gapo
     python3 tools/gpu_session.py assemble            # join the parts, check the files, install the wheels
     python3 tools/gpu_session.py stamp $OUT          # name the device in every result file
     python3 tools/gpu_session.py pack-state /tmp/item5 --out $OUT/state    # a leg's runs, for the next leg
@@ -649,9 +650,33 @@ LEG_SOURCE = (
 )
 
 
-def state_bytes(state: Path) -> int:
-    """The bytes a leg's call carries: the state the previous leg returned (0 before the first leg)."""
-    return folder_bytes(state) if (state / "state.json").is_file() else 0
+def state_calls(state: Path, root: Path, tree: int, margin: int = 2 * MIB) -> list[dict[str, Any]]:
+    """The calls that stage the state the last session returned (`collect` put it in `state`) on a bare machine: its
+    parts, as many to a call as fit beside the working tree (each call also carries state.json, which `receive-state`
+    checks them against). Why calls of their own: two runs' state is about 52 MiB, over what one call carries beside
+    the tree (2026-12-04). [] before the first leg. One line when a single part does not fit a call."""
+    if not (root / state / "state.json").is_file():
+        return []
+    document = json.loads((root / state / "state.json").read_text())
+    room = CALL_BYTES - tree - margin - (root / state / "state.json").stat().st_size
+    groups: list[list[dict[str, Any]]] = []
+    for part in document["parts"]:
+        if part["size"] > room:
+            raise LimitError(
+                f"the state in {state} has a part of {part['size'] / MIB:.1f} MiB: with the working tree "
+                f"({tree / MIB:.1f} MiB) over the device's {CALL_BYTES // MIB} MiB per call"
+            )
+        last = groups[-1] if groups else None
+        if last is None or sum(p["size"] for p in last) + part["size"] > room or len(last) == CARRY_PATHS - 1:
+            groups.append([])
+        groups[-1].append(part)
+    calls = []
+    for index, group in enumerate(groups, 1):
+        carry = [str(state / "state.json"), *(str(state / p["name"]) for p in group)]
+        what = f"item 5: the state returned last, {index} of {len(groups)} ({len(group)} parts)"
+        calls.append({"command": f"{TOOL} receive-state {state}", "carry": carry, "timeout_s": 120, "part": what})
+        calls[-1].update(payload="training", seconds=PLANNED_SECONDS["load"], source=STAGING_SOURCE["load"])
+    return calls
 
 
 def issue34_plan(
@@ -662,28 +687,25 @@ def issue34_plan(
     root: Path = ROOT,
     tree: int | None = None,
 ) -> list[list[dict[str, Any]]]:
-    """The next session of issue 34's item 5: stage the training payload (`prepare --training-only`) on a bare machine,
-    run a first leg of the runs (`LEG`) in the call that brings the last load and assembles (one turn less while the
-    machine is held), then a second leg on the warm machine with the device time left (its /tmp keeps the runs, so
-    leg.sh resumes them). A state the last session returned (`collect` put it in `state`) travels with the first leg,
-    which then has a call of its own after the assembly. Each later session is the same plan again, until the runs
-    finish. One line, before any call, for a session or a call over the device's limits."""
+    """The next session of issue 34's item 5: stage the training payload (`prepare --training-only`) and the state the
+    last session returned, if any (`state_calls`), on a bare machine; run a first leg of the runs (`LEG`) in the call
+    that brings the last load and assembles (one turn less while the machine is held): leg.sh resumes the runs from
+    the staged state, or starts them; then a second leg on the warm machine with the device time left (its /tmp keeps
+    the runs, so leg.sh resumes them). Each later session is the same plan again, until the runs finish. One line,
+    before any call, for a session or a call over the device's limits."""
     check_kind(kind, shapes=("0.5b",))
     tree = tree_bytes(root) if tree is None else tree
     check_loads(manifest, tree)
-    carried = state_bytes(root / state)
-    check_carried(f"the state in {state}", carried, tree)
-    session = staging_calls(manifest, payload, "training")
+    *session, last, assembly = staging_calls(manifest, payload, "training")
+    staged = state_calls(state, root, tree)
+    session += staged
     first = f"TL={LEG_TRAIN_SECONDS} bash {LEG}"
-    seconds = LEG_TRAIN_SECONDS + LEG_OVERHEAD_SECONDS["first"]
-    if carried:
-        command, carry, what = first, [str(state)], "a first leg from the state returned last"
-    else:
-        *session, last, assembly = session
-        command, carry = f"{last['command']} && {assembly['command']} && {first}", last["carry"]
-        seconds += last["seconds"] + assembly["seconds"]
-        what = "the last load, the assembly and the first leg (no state returned yet)"
-    leg = {"command": command, "carry": carry, "timeout_s": COMMAND_SECONDS, "part": f"item 5: {what}"}
+    seconds = LEG_TRAIN_SECONDS + LEG_OVERHEAD_SECONDS["first"] + last["seconds"] + assembly["seconds"]
+    what = "the last load, the assembly and the first leg, " + (
+        "resuming the runs from the staged state" if staged else "starting the runs (no state returned yet)"
+    )
+    command = f"{last['command']} && {assembly['command']} && {first}"
+    leg = {"command": command, "carry": last["carry"], "timeout_s": COMMAND_SECONDS, "part": f"item 5: {what}"}
     session.append({**leg, "payload": "training", "seconds": seconds, "source": LEG_SOURCE})
     if seconds > COMMAND_SECONDS:
         raise LimitError(f"the first leg is planned at {seconds} s; a command runs {COMMAND_SECONDS} at most")
@@ -726,6 +748,32 @@ def receive(load: str, payload: Path = PAYLOAD, stage: Path = STAGE) -> int:
             count += 1
     print(f"{load}: {count} parts ok in {stage}")
     return count
+
+
+def receive_state(carried: Path, stage: Path = STAGE) -> int:
+    """Copy the state parts one call carried (`state_calls`) into `stage`/item5_state with its state.json, checking
+    each against it; returns how many of the state's parts the stage holds now. leg.sh unpacks the state from there
+    once every part is in (`unpack_state` checks them all again)."""
+    if not (carried / "state.json").is_file():
+        raise LimitError(f"no state.json in {carried}: carry it with the parts (the plan's receive-state calls)")
+    document = json.loads((carried / "state.json").read_text())
+    target = stage / STATE.name
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy(carried / "state.json", target / "state.json")
+    copied = 0
+    for part in document["parts"]:
+        if not (carried / part["name"]).is_file():
+            continue
+        shutil.copy(carried / part["name"], target / part["name"])
+        if sha256(target / part["name"]) != part["sha256"]:
+            (target / part["name"]).unlink()
+            raise LimitError(f"{carried / part['name']} does not match its sha256 after the transfer; send it again")
+        copied += 1
+    if not copied:
+        raise LimitError(f"no part of the state in {carried}: carry the parts the plan names")
+    held = sum(1 for part in document["parts"] if (target / part["name"]).is_file())
+    print(f"state: {copied} parts ok, {held} of {len(document['parts'])} in {target}")
+    return held
 
 
 def assemble(stage: Path = STAGE, install: bool = True) -> list[Path]:
@@ -978,19 +1026,25 @@ def run_stage(
 
 def collect(files_at: Path, results: Path = ROOT / "results/gpu", state: Path = ROOT / STATE) -> list[Path]:
     """Copy a call's returned files into results/gpu/, and a leg's state (files_at/state/, the parts of model weights
-    and optimizer, kept out of git) into `state`, replacing the previous leg's: the next leg's call carries it. The
-    call must have named its device (the plan's `stamp` writes files_at/device.txt, and the field or first line in
-    the files that take one)."""
+    and optimizer, kept out of git) into `state`, replacing the previous leg's: the next session's plan stages it. A
+    leg's device.txt goes with its state (it names the device of the runs inside). The call must have named its
+    device (the plan's `stamp` writes files_at/device.txt, and the field or first line in the files that take one)."""
     marker = files_at / DEVICE_FILE
     if not (marker.is_file() and marker.read_text().startswith("# device: ")):
         raise LimitError(f"{files_at} does not name its device; run `{TOOL} stamp $OUT` at the end of the call")
     returned = sorted(p for p in files_at.rglob("*") if p.is_file())
-    if (files_at / "state" / "state.json").is_file():
+    leg = (files_at / "state" / "state.json").is_file()
+    if leg:
         shutil.rmtree(state, ignore_errors=True)
+    # a leg's call returns its state and the device's name only: the name stays with the state, not in results/gpu/
+    only_state = leg and all(p.relative_to(files_at).parts[0] == "state" or p == marker for p in returned)
     copied = []
     for path in returned:
         relative = path.relative_to(files_at)
-        target = state / relative.relative_to("state") if relative.parts[0] == "state" else results / relative
+        if relative.parts[0] == "state":
+            target = state / relative.relative_to("state")
+        else:
+            target = (state if only_state else results) / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
         copied.append(target)
@@ -1029,6 +1083,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("receive", help="(GPU) copy one load into the stage folder and check it")
     p.add_argument("load")
     p.add_argument("--payload", type=Path, default=PAYLOAD)
+    p = sub.add_parser("receive-state", help="(GPU) copy the state parts a call carried into the stage, checked")
+    p.add_argument("carried", type=Path)
     sub.add_parser("assemble", help="(GPU) join the parts, check them, install the wheels")
     p = sub.add_parser("stamp", help="(GPU) name the device in every file of a folder")
     p.add_argument("folder", type=Path)
@@ -1066,6 +1122,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"# call {number}\n{json.dumps(call)}")
         elif args.command == "receive":
             receive(args.load, args.payload)
+        elif args.command == "receive-state":
+            receive_state(args.carried)
         elif args.command == "assemble":
             assemble()
         elif args.command == "stamp":

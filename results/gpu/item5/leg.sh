@@ -5,10 +5,12 @@
 # 25 steps (n=200, 5 lists a set), trained for TL seconds (--time-limit), then packed for the next leg.
 #
 # `python tools/gpu_session.py plan --issue 34` lays out a session: the training payload's loads (`prepare
-# --training-only`), then `TL=330 bash results/gpu/item5/leg.sh`, carrying runs/item5_state when an earlier leg
-# returned one; `collect FILES_AT` puts the returned state there again. The first leg starts both runs; each later leg
-# unpacks the state and resumes them (`list_transfer.py --resume`: the newest checkpoint, optimizer included, the
-# curve up to it, the leg logged in summary.json); a finished run is left as it is.
+# --training-only`) and, when an earlier session returned one, the state in runs/item5_state (`receive-state` calls:
+# into /tmp/gapo/item5_state), then `TL=290 bash results/gpu/item5/leg.sh` and a warm leg; `collect FILES_AT` puts each
+# returned state in runs/item5_state again. On a bare machine a leg unpacks the staged state, if any, and resumes the
+# runs from it (`list_transfer.py --resume`: the newest checkpoint, optimizer included, the curve up to it, the leg
+# logged in summary.json), or starts them; on a warm machine its /tmp/item5 is newer than any staged state and is
+# resumed as it is. A finished run is left as it is.
 #
 # Returns in $OUT: state/ (the runs as parts of at most 16 MiB and state.json: checkpoints without tokenizer files,
 # curve.csv, summary.json, curve.png, logs) and device.txt. Read the curves here with
@@ -19,7 +21,7 @@
 set -u
 TL=${TL:-330}
 PY=${PY:-python3}
-STATE=${STATE:-runs/item5_state}
+STATE=${STATE:-/tmp/gapo/item5_state}
 SEEDS=${LEG_SEEDS:-0 1}
 export PYTHONPATH=$PWD:/tmp/gapo/site GAPO_CACHE=${GAPO_CACHE:-/tmp/gapo/cache} HF_HUB_OFFLINE=1 \
   TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
@@ -27,7 +29,8 @@ R=${ITEM5_DIR:-/tmp/item5}
 read -r -a FLAGS <<< "${LEG_FLAGS:---lists 512 --steps 1000 --eval-every 25 -n 200 --score-lists 5 \
 --set num_generations=32 --set per_device_train_batch_size=256 --set lr_scheduler_type=constant_with_warmup \
 --set warmup_steps=10 --set reward_weights=[0.3,1.0]}"
-if [ -f "$STATE/state.json" ]; then
+# a bare machine only: on a warm one, $R holds the runs past the staged state
+if [ ! -d "$R" ] && [ -f "$STATE/state.json" ]; then
   $PY tools/gpu_session.py unpack-state "$STATE" --into "$(dirname "$R")" || exit 1
 fi
 mkdir -p "$R"
