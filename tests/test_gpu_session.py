@@ -421,7 +421,7 @@ def a_legs_runs(root: Path) -> Path:
     (checkpoint / "tokenizer.json").write_bytes(os.urandom(11000))
     (runs / "format0.3_s0" / "run" / "adapter").mkdir()
     (runs / "format0.3_s0" / "run" / "adapter" / "adapter_model.safetensors").write_bytes(os.urandom(9000))
-    (runs / "format0.3_s0" / "summary.json").write_text('{"finished": false}')
+    (runs / "format0.3_s0" / "summary.json").write_text('{"finished": false, "steps_run": 25}')
     (runs / "format0.3_s0" / "curve.csv").write_text("step,set,list,jsd,jsd_valid,invalid,top_share\n")
     (runs / "format0.3_s0.log").write_text("leg 1\n")
     return runs
@@ -436,6 +436,7 @@ def test_a_legs_state_travels_in_checked_parts_without_tokenizers(tmp_path):  # 
         ["state.json", *(p["name"] for p in state["parts"])]
     )
     assert all(p["size"] <= 16384 for p in state["parts"]) and state["folder"] == "item5"
+    assert state["runs"] == {"format0.3_s0": {"steps_run": 25, "finished": False}}  # for the next plan to read
     back = gpu_session.unpack_state(out, tmp_path / "bare")
     assert back == tmp_path / "bare" / "item5"
     kept = sorted(str(p.relative_to(back)) for p in back.rglob("*") if p.is_file())
@@ -514,7 +515,10 @@ def test_issue34_plan_stages_then_runs_two_legs_carrying_the_last_state(tmp_path
     assert receive_state["command"] == "python3 tools/gpu_session.py receive-state runs/item5_state"
     assert receive_state["carry"] == ["runs/item5_state/state.json", "runs/item5_state/state.tar.part000"]
     assert first["command"].endswith(f"&& {leg}") and first["carry"] == ["runs/gpu_payload/load-09"]
-    assert first["part"].startswith("item 5: the last load, the assembly and the first leg, resuming")
+    assert (
+        first["part"]
+        == "item 5: the last load, the assembly and the first leg, resuming the runs from the staged state at steps 25"
+    )
     assert "carry" not in warm and gpu_session.planned_seconds(session) <= gpu_session.DEVICE_SECONDS
     gpu_session.print_sessions([session])
     printed = capsys.readouterr().out.splitlines()
@@ -536,6 +540,18 @@ def test_issue34_plan_stages_then_runs_two_legs_carrying_the_last_state(tmp_path
     (session,) = gpu_session.issue34_plan(fake_manifest(10, 47 * mib), "nvidia-h200", root=tmp_path, tree=tree)
     assert sum(c["command"].split()[2] == "receive-state" for c in session) == 2
     assert gpu_session.planned_seconds(session) + gpu_session.PLAN_MARGIN_SECONDS <= gpu_session.DEVICE_SECONDS
+    # runs that finished: nothing to plan, one line
+    runs = {
+        "format0.3_s0": {"steps_run": 1000, "finished": True},
+        "format0.3_s1": {"steps_run": 1000, "finished": True},
+    }
+    (tmp_path / gpu_session.STATE / "state.json").write_text(json.dumps({"parts": parts, "runs": runs}))
+    with pytest.raises(gpu_session.LimitError, match=r"are finished \(steps: format0.3_s0 1000, format0.3_s1 1000\)"):
+        gpu_session.issue34_plan(fake_manifest(10, 47 * mib), "nvidia-h200", root=tmp_path, tree=tree)
+    runs["format0.3_s1"] = {"steps_run": 640, "finished": False}
+    (tmp_path / gpu_session.STATE / "state.json").write_text(json.dumps({"parts": parts, "runs": runs}))
+    (session,) = gpu_session.issue34_plan(fake_manifest(10, 47 * mib), "nvidia-h200", root=tmp_path, tree=tree)
+    assert session[-2]["part"].endswith("from the staged state at steps 1000, 640")
     # over the device's limits: one line
     with pytest.raises(gpu_session.LimitError, match="the state in runs/item5_state has a part of 16.0 MiB: with the"):
         gpu_session.issue34_plan(fake_manifest(9, 1024), "nvidia-h100-x1", root=tmp_path, tree=50 * mib)

@@ -650,14 +650,19 @@ LEG_SOURCE = (
 )
 
 
+def read_state(folder: Path) -> dict[str, Any] | None:
+    """The state.json `collect` put in `folder` (its parts, and since 2026-12-04 each run's progress), or None."""
+    return json.loads((folder / "state.json").read_text()) if (folder / "state.json").is_file() else None
+
+
 def state_calls(state: Path, root: Path, tree: int, margin: int = 2 * MIB) -> list[dict[str, Any]]:
     """The calls that stage the state the last session returned (`collect` put it in `state`) on a bare machine: its
     parts, as many to a call as fit beside the working tree (each call also carries state.json, which `receive-state`
     checks them against). Why calls of their own: two runs' state is about 52 MiB, over what one call carries beside
     the tree (2026-12-04). [] before the first leg. One line when a single part does not fit a call."""
-    if not (root / state / "state.json").is_file():
+    document = read_state(root / state)
+    if document is None:
         return []
-    document = json.loads((root / state / "state.json").read_text())
     room = CALL_BYTES - tree - margin - (root / state / "state.json").stat().st_size
     groups: list[list[dict[str, Any]]] = []
     for part in document["parts"]:
@@ -696,13 +701,18 @@ def issue34_plan(
     check_kind(kind, shapes=("0.5b",))
     tree = tree_bytes(root) if tree is None else tree
     check_loads(manifest, tree)
+    runs = (read_state(root / state) or {}).get("runs")
+    if runs and all(run["finished"] for run in runs.values()):
+        steps = ", ".join(f"{name} {run['steps_run']}" for name, run in runs.items())
+        raise LimitError(f"item 5's runs in {state} are finished (steps: {steps}); no leg is left to plan")
     *session, last, assembly = staging_calls(manifest, payload, "training")
     staged = state_calls(state, root, tree)
     session += staged
     first = f"TL={LEG_TRAIN_SECONDS} bash {LEG}"
     seconds = LEG_TRAIN_SECONDS + LEG_OVERHEAD_SECONDS["first"] + last["seconds"] + assembly["seconds"]
+    where = f" at steps {', '.join(str(run['steps_run']) for run in runs.values())}" if runs else ""
     what = "the last load, the assembly and the first leg, " + (
-        "resuming the runs from the staged state" if staged else "starting the runs (no state returned yet)"
+        f"resuming the runs from the staged state{where}" if staged else "starting the runs (no state returned yet)"
     )
     command = f"{last['command']} && {assembly['command']} && {first}"
     leg = {"command": command, "carry": last["carry"], "timeout_s": COMMAND_SECONDS, "part": f"item 5: {what}"}
@@ -832,6 +842,16 @@ def _state_member(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return info
 
 
+def runs_in(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each run's progress in a leg's folder (its summary.json: steps run, finished), so that a plan can say where the
+    next leg resumes, or that nothing is left to run, without unpacking the state."""
+    runs = {}
+    for summary in sorted(folder.glob("*/summary.json")):
+        document = json.loads(summary.read_text())
+        runs[summary.parent.name] = {"steps_run": document.get("steps_run"), "finished": bool(document.get("finished"))}
+    return runs
+
+
 def pack_state(folder: Path, out: Path, part_bytes: int = STATE_PART_BYTES, max_parts: int = STATE_MAX_PARTS) -> int:
     """Write `folder` (a leg's runs: checkpoints, curves, logs) as a tar in parts of at most `part_bytes` to `out`, with
     state.json (each part's size and sha256); returns the number of parts. Why: a resumed run needs its newest
@@ -856,7 +876,7 @@ def pack_state(folder: Path, out: Path, part_bytes: int = STATE_PART_BYTES, max_
             name = f"state.tar.part{len(parts):03d}"
             (out / name).write_bytes(block)
             parts.append({"name": name, "size": len(block), "sha256": hashlib.sha256(block).hexdigest()})
-    document = {"folder": folder.name, "size": size, "sha256": sha256(whole), "parts": parts}
+    document = {"folder": folder.name, "size": size, "sha256": sha256(whole), "parts": parts, "runs": runs_in(folder)}
     whole.unlink()
     (out / "state.json").write_text(json.dumps(document, indent=1))
     return len(parts)
