@@ -117,8 +117,24 @@ def test_resume_continues_a_run_stopped_by_its_time_limit_in_a_later_leg(tmp_pat
     assert (out / "run" / "checkpoint-2").is_dir()  # saved at the limit, for --resume
     with pytest.raises(SystemExit, match="other settings \\(seed, train.seed\\)"):
         list_transfer.main([*flags, "--seed", "1", "--resume"])
+    leg1 = (out / "summary.json").read_text()
+    other = json.loads(leg1)
+    other["training_lists"][0]["items"].reverse()
+    (out / "summary.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="trained on other lists than these flags give"):
+        list_transfer.main([*flags, "--resume"])
+    # a summary written before de6c0d7 words the data as params.yaml's rows (512 of 4-12 items, as item 5's H200
+    # runs of 2026-12-04 have it): the same run, resumed, and its words put right
+    older = json.loads(leg1)
+    older["settings"]["train"].update(num_prompts=512, min_items=4, max_items=12)
+    (out / "summary.json").write_text(json.dumps(older))
     assert list_transfer.main([*flags, "--resume"]) == 0
     summary = json.loads((out / "summary.json").read_text())
+    assert {k: summary["settings"]["train"][k] for k in list_transfer.DATA_WORDS} == {
+        "num_prompts": 2,
+        "min_items": 8,
+        "max_items": 8,
+    }
     assert summary["finished"] and not summary["stopped_by_time_limit"] and summary["steps_run"] == 4
     assert sorted(map(int, summary["means"])) == [0, 2, 3, 4]  # leg 1's start and stop, leg 2's scorings
     assert [(leg["from_step"], leg["to_step"], leg["time_limit"]) for leg in summary["legs"]] == [

@@ -371,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     for key in ("resume", "time_limit", "keep_checkpoints", "stop_without_signal"):
         del settings[key]  # a leg's (summary.json's legs)
     settings = json.loads(json.dumps(settings))  # as summary.json holds them, to compare on --resume
-    summary, rows = resumed(out, settings) if args.resume else ({}, [])
+    trained = json.loads(json.dumps([{"category": r["category"], "items": r["items"]} for r in train_rows]))
+    summary, rows = resumed(out, settings, trained) if args.resume else ({}, [])
 
     from gapo.models import load_tokenizer
 
@@ -401,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         "stopped_without_signal": None,
         "rollouts": 0,
         "visits_per_list": 0.0,
-        "training_lists": [{"category": r["category"], "items": r["items"]} for r in train_rows],
+        "training_lists": trained,
         "scored_lists": lists,
         "asked_in": instructions,
         "means": {},
@@ -451,12 +452,19 @@ def main(argv: list[str] | None = None) -> int:
 #: Settings that say where a run is, not how it runs: a run carried to another folder (the next GPU session's machine
 #: unpacks it wherever its script says) continues there.
 WHERE = ("out",)
+#: The `train` section's words for the data, recorded for the reader: what --lists and the tool's 8 items imply. A
+#: resumed run's data are checked as its training lists instead, and these are rewritten as they are now: summaries
+#: written before de6c0d7 hold params.yaml's 512 rows of 4-12 items there (item 5's H200 runs of 2026-12-04).
+DATA_WORDS = ("num_prompts", "min_items", "max_items")
 
 
-def resumed(out: Path, settings: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def resumed(
+    out: Path, settings: dict[str, Any], training_lists: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The summary of the unfinished run in `out` and its curve rows up to its newest checkpoint (the step training
     continues from; none without a checkpoint, when training starts again from step 0). Refused in one line, before
-    anything loads, when there is no run to continue, it has finished, or it ran with other `settings`."""
+    anything loads, when there is no run to continue, it has finished, or it ran with other `settings` or on other
+    `training_lists`."""
     if not (out / "summary.json").is_file():
         raise SystemExit(f"--resume: {out} holds no list_transfer run (no summary.json)")
     summary = json.loads((out / "summary.json").read_text())
@@ -465,10 +473,14 @@ def resumed(out: Path, settings: dict[str, Any]) -> tuple[dict[str, Any], list[d
     if summary.get("stopped_without_signal") is not None:
         step = summary["stopped_without_signal"]
         raise SystemExit(f"--resume: the run in {out} stopped at step {step} without a reward signal; nothing to learn")
-    changed = [key for key in _changed(summary["settings"], settings) if key not in WHERE]
+    ignored = {*WHERE, *(f"train.{word}" for word in DATA_WORDS)}
+    changed = [key for key in _changed(summary["settings"], settings) if key not in ignored]
     if changed:
         raise SystemExit(f"--resume: {out} was run with other settings ({', '.join(changed)}); pass the same flags")
+    if summary.get("training_lists") != training_lists:
+        raise SystemExit(f"--resume: {out} was trained on other lists than these flags give; pass the same flags")
     summary["settings"].update({key: settings[key] for key in WHERE})
+    summary["settings"]["train"].update({word: settings["train"][word] for word in DATA_WORDS})
     summary.setdefault("legs", [])
     checkpoint = last_checkpoint(out / "run")
     step = checkpoint_step(checkpoint) if checkpoint else -1
