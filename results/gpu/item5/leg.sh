@@ -19,7 +19,7 @@
 # LEG_FLAGS, LEG_SEEDS, STATE and PY replace the recipe, the seeds, the carried state and the Python for the CPU check
 # in tests/test_gpu_session.py (tiny-random, two short legs).
 set -u
-TL=${TL:-330}
+TL=${TL:-290}
 PY=${PY:-python3}
 STATE=${STATE:-/tmp/gapo/item5_state}
 SEEDS=${LEG_SEEDS:-0 1}
