@@ -763,6 +763,12 @@ def issue34_plan(
 # --------------------------------------------------------------------------------------------------------------------
 
 
+def copy_checked(source: Path, target: Path, digest: str) -> bool:
+    """Copy a carried part to the stage; whether the copy matches the sha256 its manifest or state.json gives."""
+    shutil.copy(source, target)
+    return sha256(target) == digest
+
+
 def receive(load: str, payload: Path = PAYLOAD, stage: Path = STAGE) -> int:
     """Copy `load`'s parts into `stage`, checking each against the manifest; returns the number of parts."""
     manifest = json.loads((payload / load / "manifest.json").read_text())
@@ -773,9 +779,7 @@ def receive(load: str, payload: Path = PAYLOAD, stage: Path = STAGE) -> int:
         for part in entry["parts"]:
             if not part["path"].startswith(load + "/"):
                 continue
-            target = stage / "parts" / Path(part["path"]).name
-            shutil.copy(payload / part["path"], target)
-            if sha256(target) != part["sha256"]:
+            if not copy_checked(payload / part["path"], stage / "parts" / Path(part["path"]).name, part["sha256"]):
                 raise LimitError(f"{part['path']} does not match its sha256 after the transfer; send {load} again")
             count += 1
     print(f"{load}: {count} parts ok in {stage}")
@@ -796,8 +800,7 @@ def receive_state(carried: Path, stage: Path = STAGE) -> int:
     for part in document["parts"]:
         if not (carried / part["name"]).is_file():
             continue
-        shutil.copy(carried / part["name"], target / part["name"])
-        if sha256(target / part["name"]) != part["sha256"]:
+        if not copy_checked(carried / part["name"], target / part["name"], part["sha256"]):
             (target / part["name"]).unlink()
             raise LimitError(f"{carried / part['name']} does not match its sha256 after the transfer; send it again")
         copied += 1
