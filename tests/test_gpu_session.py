@@ -373,7 +373,7 @@ def test_issue35_plan_lays_out_items_1_to_3_in_sessions_within_the_device_limits
         (MANIFESTS, 7, 1024, "models/missing", "no LoRA adapter at models/missing"),
         (MANIFESTS, 7, 1024, "/abs/adapter", "give it relative to the repository"),
         ({**MANIFESTS, "weights": fake_manifest(80, gpu_session.MIB)}, 7, 1024, None, "with its staging is planned"),
-        # issue 34's --training-only payload left in runs/gpu_payload: neither Unsloth nor lm-eval
+        # issue 34's --training-only payload: neither Unsloth nor lm-eval
         (
             {**MANIFESTS, "weights": fake_manifest(10, 47 * gpu_session.MIB, gpu_session.TRAINING_WHEELS)},
             7,
@@ -642,3 +642,132 @@ def test_two_legs_of_leg_sh_on_tiny_random_resume_one_run_across_bare_machines(t
     # a warm machine keeps its runs: a state staged before them (leg 1's) is not unpacked over them
     env["STATE"] = str(first_state)
     assert (leg(3, "600", machine=2) / "summary.json").read_text() == finished
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# plan --issue 34 --table2: issue 35's Table 2 greedy beside the legs (results/gpu/item5/beside.sh)
+# --------------------------------------------------------------------------------------------------------------------
+
+BENCH_WHEELS = [*gpu_session.TRAINING_WHEELS, *gpu_session.BENCHMARK_WHEELS]
+
+
+def test_issue34_plan_with_table2_carries_the_adapter_starts_it_beside_the_first_leg_and_collects_it(tmp_path):  # noqa: ANN001
+    mib, adapter = gpu_session.MIB, "runs/issue35_adapter/qwen2.5-coder-0.5b"
+    root = with_adapter(tmp_path, adapter, size=19 * mib)
+    manifest = fake_manifest(11, 47 * mib, BENCH_WHEELS)
+    manifest["files"][-1]["parts"][-1]["size"] = 15 * mib  # the last load small, as prepare cuts it (2026-12-04)
+    tree = int(15.5 * mib)
+    (session,) = gpu_session.issue34_plan(manifest, "nvidia-h200", root=root, tree=tree, table2=adapter)
+    *staging, first, last = session
+    assert [c["command"].split()[2] for c in staging] == ["receive"] * 10
+    # the adapter rides with the last load; Table 2 starts before the leg, and a failed start does not stop the leg
+    beside, leg = (
+        "bash results/gpu/item5/beside.sh",
+        f"TL={gpu_session.LEG_TRAIN_SECONDS} bash results/gpu/item5/leg.sh",
+    )
+    assert first["carry"] == ["runs/gpu_payload/load-11", adapter]
+    assert first["command"].endswith(f"&& {{ {beside} receive {adapter} && {beside} start; {leg}; }}")
+    assert first["part"].endswith("Table 2 started beside it (issue 35 item 3)")
+    # the warm leg is shorter by the wait, then collects Table 2 into $OUT
+    train = int(last["command"].split()[0].removeprefix("TL="))
+    assert last["command"] == f"TL={train} bash results/gpu/item5/leg.sh; {beside} collect 60"
+    assert train >= gpu_session.MIN_WARM_LEG_SECONDS and "carry" not in last
+    spent = gpu_session.planned_seconds(session) + gpu_session.PLAN_MARGIN_SECONDS
+    assert gpu_session.DEVICE_SECONDS - 1 <= spent <= gpu_session.DEVICE_SECONDS
+    # a last load too big to share its call: the adapter comes in a call of its own, before the state's
+    manifest = fake_manifest(11, 47 * mib, BENCH_WHEELS)
+    (session,) = gpu_session.issue34_plan(manifest, "nvidia-h200", root=root, tree=tree, table2=adapter)
+    own = session[-3]
+    assert own["command"] == f"{beside} receive {adapter}" and own["carry"] == [adapter]
+    assert session[-2]["command"].endswith(f"&& {{ {beside} start; {leg}; }}")
+    assert session[-2]["carry"] == ["runs/gpu_payload/load-11"]
+    # no time for a warm leg: the session's last call waits for Table 2 with what is left
+    (session,) = gpu_session.issue34_plan(
+        fake_manifest(21, mib, BENCH_WHEELS), "nvidia-h200", root=root, tree=0, table2=adapter
+    )
+    wait = int(session[-1]["command"].split()[-1])
+    assert session[-1]["command"] == f"{beside} collect {wait}" and wait >= gpu_session.BESIDE_WAIT_SECONDS
+    assert gpu_session.planned_seconds(session) + gpu_session.PLAN_MARGIN_SECONDS == gpu_session.DEVICE_SECONDS
+    # over the limits, or a payload without the benchmark wheels: one line
+    with pytest.raises(gpu_session.LimitError, match="to collect Table 2 beside them; it needs 60: plan without"):
+        gpu_session.issue34_plan(fake_manifest(27, mib, BENCH_WHEELS), "nvidia-h200", root=root, tree=0, table2=adapter)
+    with pytest.raises(gpu_session.LimitError, match=r"lacks 5 wheels .*--training-only --with-benchmarks`"):
+        gpu_session.issue34_plan(
+            fake_manifest(10, mib, gpu_session.TRAINING_WHEELS), "nvidia-h200", root=root, tree=0, table2=adapter
+        )
+    with pytest.raises(gpu_session.LimitError, match="no LoRA adapter at runs/none"):
+        gpu_session.issue34_plan(manifest, "nvidia-h200", root=root, tree=tree, table2="runs/none")
+    with pytest.raises(gpu_session.LimitError, match=r"with the working tree \(50.0 MiB\) is over the device's 64"):
+        gpu_session.issue34_plan(fake_manifest(11, mib, BENCH_WHEELS), "nvidia-h200", root=root, tree=50 * mib,
+                                 table2=adapter)  # fmt: skip
+
+
+def test_table2_flags_are_refused_in_one_line_where_they_do_not_belong(tmp_path):  # noqa: ANN001
+    tool = [sys.executable, str(ROOT / "tools/gpu_session.py")]
+    for argv, message in (
+        (["plan", "--issue", "35", "--table2"], "--table2 goes with --issue 34"),
+        (["plan", "--table2"], "--table2 goes with --issue 34"),
+        (
+            ["prepare", "--with-benchmarks", "--payload", str(tmp_path / "p")],
+            "--with-benchmarks adds to --training-only",
+        ),
+    ):
+        proc = subprocess.run([*tool, *argv], capture_output=True, text=True)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert message in proc.stderr
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.timeout(900)
+def test_beside_sh_runs_table2_behind_a_leg_on_tiny_random_and_collect_keeps_both(tiny_adapter, tmp_path):  # noqa: ANN001
+    """results/gpu/item5/beside.sh as `plan --issue 34 --table2` calls it, on CPU: receive the adapter, start Table 2 in
+    the background, run a leg in the foreground, collect both into one $OUT; `collect` puts Table 2 in results/ and
+    the state in runs/, each with the device's name."""
+    beside = ROOT / "results/gpu/item5/beside.sh"
+    stage = tmp_path / "stage"
+    env = dict(
+        os.environ,
+        PY=sys.executable,
+        BESIDE_DIR=str(stage / "beside"),
+        GAPO_GPU_STAGE=str(stage),
+        BESIDE_FLAGS="--model tiny-random --limit 1 --max-new-tokens 4",
+        LEG_FLAGS="--model tiny-random --lists 2 --steps 2 --eval-every 2 -n 4 --score-lists 1 "
+        "--set num_generations=4 --set per_device_train_batch_size=4",
+        LEG_SEEDS="0",
+        STATE=str(tmp_path / "no_state"),
+        ITEM5_DIR=str(tmp_path / "machine" / "item5"),
+        TL="600",
+    )
+
+    def sh(*argv: str, out: Path | None = None) -> subprocess.CompletedProcess:
+        run_env = dict(env, OUT=str(out)) if out else env
+        return subprocess.run(argv, cwd=ROOT, env=run_env, capture_output=True, text=True)
+
+    for argv, message in (
+        (["start"], "no adapter in"),
+        (["collect", "0"], "nothing started in"),
+        (["receive", str(tmp_path / "none")], "no LoRA adapter at"),
+        ([], "usage: beside.sh"),
+    ):
+        proc = sh("bash", str(beside), *argv)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+    out = tmp_path / "OUT"
+    out.mkdir()
+    assert sh("bash", str(beside), "receive", str(tiny_adapter)).returncode == 0
+    started = sh("bash", str(beside), "start")
+    assert started.returncode == 0 and "started" in started.stdout, started.stderr
+    assert sh("bash", str(beside), "start").returncode == 2  # once a machine
+    leg = sh("bash", gpu_session.LEG, out=out)
+    assert leg.returncode == 0, leg.stdout[-2000:] + leg.stderr[-2000:]
+    collected = sh("bash", str(beside), "collect", "600", out=out)
+    assert "finished with exit status 0" in collected.stdout, collected.stdout + collected.stderr
+    document = json.loads((out / "benchmarks_greedy.json").read_text())
+    assert document["device"] == "cpu" and document["overrides"]["benchmarks"]["temperature"] == 0.0
+    assert (out / "benchmarks_greedy/figures/table2_benchmarks.csv").is_file()
+    assert (out / "benchmarks_greedy.log").read_text().startswith("# device: cpu\n")
+    results, state = tmp_path / "results", tmp_path / "runs" / "item5_state"
+    gpu_session.collect(out, results, state)
+    assert (results / "benchmarks_greedy.json").is_file() and not (results / "state").exists()
+    assert (state / "device.txt").read_text() == (results / "device.txt").read_text() == "# device: cpu\n"
+    runs = gpu_session.unpack_state(state, tmp_path / "read")
+    assert json.loads((runs / "format0.3_s0" / "summary.json").read_text())["finished"]

@@ -11,6 +11,8 @@ On the CPU machine (stdlib and pip only; nothing of gapo is imported):
                                                                  # call's planned time and whether it was measured
     python tools/gpu_session.py plan --issue 34                  # issue 34 item 5's next legs (a --training-only
                                                                  # payload), staging the state the last leg returned
+    python tools/gpu_session.py plan --issue 34 --table2 --adapter DIR   # and issue 35's Table 2 greedy beside the
+                                                                 # legs (prepare --training-only --with-benchmarks)
     python tools/gpu_session.py collect FILES_AT                  # a call's returned files -> results/gpu/, a leg's
                                                                  # state -> runs/item5_state/
     python tools/gpu_session.py unpack-state runs/item5_state --into runs   # read a leg's curves here
@@ -408,11 +410,16 @@ def check_calls(calls: list[dict[str, Any]], kind: str) -> None:
             raise LimitError(f"a planned call carries {len(call['carry'])} paths; the device takes {CARRY_PATHS}")
 
 
+def load_bytes(manifest: dict[str, Any], load: str) -> int:
+    """The bytes of a load's parts (its manifest.json aside)."""
+    return sum(p["size"] for f in manifest["files"] for p in f["parts"] if p["path"].startswith(load + "/"))
+
+
 def check_loads(manifest: dict[str, Any], tree: int, manifest_bytes: int = 256 * 1024) -> None:
     """One line for a load that, with the working tree as it is now (it may have grown since `prepare`), is over the
     device's 64 MiB per call."""
     for load in manifest["loads"]:
-        parts = sum(p["size"] for f in manifest["files"] for p in f["parts"] if p["path"].startswith(load + "/"))
+        parts = load_bytes(manifest, load)
         if tree + parts + manifest_bytes > CALL_BYTES:
             raise LimitError(
                 f"{load} is {parts / MIB:.1f} MiB and the working tree {tree / MIB:.1f} MiB: over the device's "
@@ -428,7 +435,7 @@ def distribution(name: str) -> str:
 
 def check_wheels(manifest: dict[str, Any], specs: list[str], payload: Path, prepare_hint: str) -> None:
     """One line, before any call, when the payload lacks a wheel the plan's commands import: a `--training-only`
-    payload left in runs/gpu_payload by issue 34's sessions has neither Unsloth nor lm-eval, which issue 35 needs."""
+    payload has no Unsloth, which issue 35 needs, and no lm-eval for Table 2 without `--with-benchmarks`."""
     held = {distribution(Path(f["dest"]).name.split("-")[0]) for f in manifest["files"] if f["dest"].endswith(".whl")}
     missing = [distribution(spec) for spec in specs if distribution(spec) not in held]
     if missing:
@@ -546,6 +553,20 @@ def staging_calls(manifest: dict[str, Any], payload: Path, name: str) -> list[di
     return calls
 
 
+def check_adapter_carried(adapter: str, root: Path, tree: int) -> None:
+    """One line for a Table 2 adapter a call cannot carry: not relative to the repository, absent, or with the working
+    tree over the device's 64 MiB per call."""
+    if Path(adapter).is_absolute() or ".." in Path(adapter).parts:
+        raise LimitError(f"--adapter {adapter} travels as a carried path: give it relative to the repository")
+    adapter_dir = root / adapter
+    if not (adapter_dir / "adapter_config.json").is_file():
+        raise LimitError(
+            f"no LoRA adapter at {adapter}; restore it first (`dvc pull` after a `dvc push`, or "
+            "`dvc repro train_gapo`: about 32 min on 2 cores)"
+        )
+    check_carried(f"the adapter {adapter}", folder_bytes(adapter_dir), tree)
+
+
 def issue35_plan(
     manifests: dict[str, dict[str, Any]],
     kind: str,
@@ -564,15 +585,7 @@ def issue35_plan(
     check_kind(kind)
     payloads = payloads or {"weights": PAYLOAD, "no-weights": PAYLOAD_NO_WEIGHTS}
     tree = tree_bytes(root) if tree is None else tree
-    if Path(adapter).is_absolute() or ".." in Path(adapter).parts:
-        raise LimitError(f"--adapter {adapter} travels as a carried path: give it relative to the repository")
-    adapter_dir = root / adapter
-    if not (adapter_dir / "adapter_config.json").is_file():
-        raise LimitError(
-            f"no LoRA adapter at {adapter}; restore it first (`dvc pull` after a `dvc push`, or "
-            "`dvc repro train_gapo`: about 32 min on 2 cores)"
-        )
-    check_carried(f"the adapter {adapter}", folder_bytes(adapter_dir), tree)
+    check_adapter_carried(adapter, root, tree)
     hints = {"weights": "prepare", "no-weights": f"prepare --no-weights --payload {PAYLOAD_NO_WEIGHTS}"}
     for name, manifest in manifests.items():
         check_loads(manifest, tree)
@@ -671,6 +684,17 @@ LEG_SOURCE = (
 )
 
 
+#: Issue 35's Table 2 beside the legs (`plan --issue 34 --table2`): the script, and the seconds the session's last call
+#: waits for it at most. Table 2 starts with the first leg and has the legs' time (about 10 minutes); the issue 35 plan
+#: estimates it at ~300 s alone (not measured yet).
+BESIDE = "results/gpu/item5/beside.sh"
+BESIDE_WAIT_SECONDS = 60
+BESIDE_SOURCE = (
+    "estimated: Table 2 runs beside the legs (issue 35's plan: ~300 s alone), started with the first leg; this call "
+    "waits for it at most the seconds it names"
+)
+
+
 def read_state(folder: Path) -> dict[str, Any] | None:
     """The state.json `collect` put in `folder` (its parts, and since 2026-12-04 each run's progress), or None."""
     return json.loads((folder / "state.json").read_text()) if (folder / "state.json").is_file() else None
@@ -712,32 +736,58 @@ def issue34_plan(
     state: Path = STATE,
     root: Path = ROOT,
     tree: int | None = None,
+    table2: str | None = None,
 ) -> list[list[dict[str, Any]]]:
     """The next session of issue 34's item 5: stage the training payload (`prepare --training-only`) and the state the
     last session returned, if any (`state_calls`), on a bare machine; run a first leg of the runs (`LEG`) in the call
     that brings the last load and assembles (one turn less while the machine is held): leg.sh resumes the runs from
     the staged state, or starts them; then a second leg on the warm machine with the device time left (its /tmp keeps
     the runs, so leg.sh resumes them). Each later session is the same plan again, until the runs finish. One line,
-    before any call, for a session or a call over the device's limits."""
+    before any call, for a session or a call over the device's limits.
+
+    `table2` (an adapter, relative to the repository): issue 35's Table 2 greedy beside the legs (`BESIDE`): one more
+    call carries the adapter, the first leg's call starts Table 2 in the background before the leg (a failed start
+    does not stop the leg), and the session's last call collects it, waiting `BESIDE_WAIT_SECONDS` at most (the warm
+    leg is that much shorter). The payload also needs the benchmark wheels (`prepare --training-only
+    --with-benchmarks`)."""
     check_kind(kind, shapes=("0.5b",))
     tree = tree_bytes(root) if tree is None else tree
     check_loads(manifest, tree)
-    check_wheels(manifest, TRAINING_WHEELS, payload, "prepare --training-only")
+    if table2 is None:
+        check_wheels(manifest, TRAINING_WHEELS, payload, "prepare --training-only")
+    else:
+        wheels, hint = [*TRAINING_WHEELS, *BENCHMARK_WHEELS], "prepare --training-only --with-benchmarks"
+        check_wheels(manifest, wheels, payload, hint)
+        check_adapter_carried(table2, root, tree)
     runs = (read_state(root / state) or {}).get("runs")
     if runs and all(run["finished"] for run in runs.values()):
         steps = ", ".join(f"{name} {run['steps_run']}" for name, run in runs.items())
         raise LimitError(f"item 5's runs in {state} are finished (steps: {steps}); no leg is left to plan")
     *session, last, assembly = staging_calls(manifest, payload, "training")
+    receive_adapter = f"bash {BESIDE} receive {table2}"
+    # the adapter rides with the last load when both fit one call (a turn and a call less), else in a call of its own
+    beside_last = table2 is not None and (
+        tree + load_bytes(manifest, manifest["loads"][-1]) + folder_bytes(root / table2) + 2 * MIB <= CALL_BYTES
+    )
+    if table2 is not None and not beside_last:
+        what = "issue 35 item 3: the adapter for Table 2 beside the legs, copied to the stage"
+        session.append({"command": receive_adapter, "carry": [table2], "timeout_s": 120, "part": what})
+        session[-1].update(payload="training", seconds=PLANNED_SECONDS["load"], source=STAGING_SOURCE["load"])
     staged = state_calls(state, root, tree)
     session += staged
     first = f"TL={LEG_TRAIN_SECONDS} bash {LEG}"
+    if table2 is not None:  # a failed start of Table 2 does not stop the leg
+        start = f"{receive_adapter} && bash {BESIDE} start" if beside_last else f"bash {BESIDE} start"
+        first = f"{{ {start}; {first}; }}"
     seconds = LEG_TRAIN_SECONDS + LEG_OVERHEAD_SECONDS["first"] + last["seconds"] + assembly["seconds"]
     where = f" at steps {', '.join(str(run['steps_run']) for run in runs.values())}" if runs else ""
     what = "the last load, the assembly and the first leg, " + (
         f"resuming the runs from the staged state{where}" if staged else "starting the runs (no state returned yet)"
     )
     command = f"{last['command']} && {assembly['command']} && {first}"
-    leg = {"command": command, "carry": last["carry"], "timeout_s": COMMAND_SECONDS, "part": f"item 5: {what}"}
+    what = f"item 5: {what}" + ("; Table 2 started beside it (issue 35 item 3)" if table2 is not None else "")
+    carry = [*last["carry"], *([table2] if beside_last else [])]
+    leg = {"command": command, "carry": carry, "timeout_s": COMMAND_SECONDS, "part": what}
     session.append({**leg, "payload": "training", "seconds": seconds, "source": LEG_SOURCE})
     if seconds > COMMAND_SECONDS:
         raise LimitError(f"the first leg is planned at {seconds} s; a command runs {COMMAND_SECONDS} at most")
@@ -746,14 +796,29 @@ def issue34_plan(
             f"staging and a leg are planned at {planned_seconds(session) / 60:.1f} min; a session has "
             f"{DEVICE_SECONDS // 60}"
         )
-    left = DEVICE_SECONDS - PLAN_MARGIN_SECONDS - planned_seconds(session) - LEG_OVERHEAD_SECONDS["warm"]
-    train = min(left, COMMAND_SECONDS - LEG_OVERHEAD_SECONDS["warm"])
+    wait = BESIDE_WAIT_SECONDS if table2 is not None else 0
+    left = DEVICE_SECONDS - PLAN_MARGIN_SECONDS - planned_seconds(session) - LEG_OVERHEAD_SECONDS["warm"] - wait
+    train = min(left, COMMAND_SECONDS - LEG_OVERHEAD_SECONDS["warm"] - wait)
+    collect = f"bash {BESIDE} collect {wait}"
     if train >= MIN_WARM_LEG_SECONDS:
-        what = "a second leg on the warm machine, resuming the runs in its /tmp"
-        leg = {"command": f"TL={train} bash {LEG}", "timeout_s": COMMAND_SECONDS, "part": f"item 5: {what}"}
-        session.append(
-            {**leg, "payload": "training", "seconds": train + LEG_OVERHEAD_SECONDS["warm"], "source": LEG_SOURCE}
-        )
+        what = "item 5: a second leg on the warm machine, resuming the runs in its /tmp"
+        command = f"TL={train} bash {LEG}"
+        if table2 is not None:
+            what, command = f"{what}; then Table 2's results (issue 35 item 3)", f"{command}; {collect}"
+        leg = {"command": command, "timeout_s": COMMAND_SECONDS, "part": what}
+        seconds = train + LEG_OVERHEAD_SECONDS["warm"] + wait
+        source = LEG_SOURCE + (f"; {BESIDE_SOURCE}" if table2 is not None else "")
+        session.append({**leg, "payload": "training", "seconds": seconds, "source": source})
+    elif table2 is not None:  # no time for a warm leg: the time left waits for Table 2
+        wait = min(DEVICE_SECONDS - PLAN_MARGIN_SECONDS - planned_seconds(session), COMMAND_SECONDS - 30)
+        if wait < BESIDE_WAIT_SECONDS:
+            raise LimitError(
+                f"staging and a leg leave {max(wait, 0)} s of the session to collect Table 2 beside them; it needs "
+                f"{BESIDE_WAIT_SECONDS}: plan without --table2"
+            )
+        what = "issue 35 item 3: Table 2's results, from beside the leg"
+        call = {"command": f"bash {BESIDE} collect {wait}", "timeout_s": COMMAND_SECONDS, "part": what}
+        session.append({**call, "payload": "training", "seconds": wait, "source": BESIDE_SOURCE})
     check_calls(session, kind)
     return [session]
 
@@ -1090,6 +1155,9 @@ def collect(files_at: Path, results: Path = ROOT / "results/gpu", state: Path = 
             target = state / relative.relative_to("state")
         else:
             target = (state if only_state else results) / relative
+            if leg and not only_state and path == marker:  # results beside a state (Table 2 beside a leg): both
+                state.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path, state / DEVICE_FILE)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, target)
         copied.append(target)
@@ -1111,6 +1179,8 @@ def main(argv: list[str] | None = None) -> int:
     no_weights = "leave the embedded GGUF out (the built tiny-random model goes instead)"
     p.add_argument("--no-weights", action="store_true", help=no_weights)
     p.add_argument("--training-only", action="store_true", help="only the wheels training needs (no Unsloth)")
+    with_benchmarks = "with --training-only: the benchmark wheels too (`plan --issue 34 --table2`)"
+    p.add_argument("--with-benchmarks", action="store_true", help=with_benchmarks)
     p.add_argument("--kind", default=LENT_KIND)
     p = sub.add_parser("plan", help="print the device calls for a prepared payload")
     p.add_argument("--payload", type=Path, default=PAYLOAD)
@@ -1123,7 +1193,9 @@ def main(argv: list[str] | None = None) -> int:
         help="34: item 5's next leg (a --training-only payload); 35: items 1-3 in sessions (two payloads)",
     )
     p.add_argument("--payload-no-weights", type=Path, default=PAYLOAD_NO_WEIGHTS, help="--issue 35: the 7B parts'")
-    p.add_argument("--adapter", default=COMMITTED_ADAPTER, help="--issue 35: Table 2's adapter, carried")
+    p.add_argument("--adapter", default=COMMITTED_ADAPTER, help="--issue 35, or 34 --table2: Table 2's adapter")
+    table2 = "--issue 34: Table 2 greedy (issue 35 item 3) beside the legs, on --adapter"
+    p.add_argument("--table2", action="store_true", help=table2)
     p.add_argument("--budget-min", type=float, default=ISSUE35_BUDGET_MIN, help="--issue 35: minutes in all")
     p = sub.add_parser("receive", help="(GPU) copy one load into the stage folder and check it")
     p.add_argument("load")
@@ -1153,14 +1225,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "prepare":
             check_kind(args.kind)
-            specs = TRAINING_WHEELS if args.training_only else WHEELS
+            if args.with_benchmarks and not args.training_only:
+                raise LimitError("--with-benchmarks adds to --training-only; a full payload has the benchmark wheels")
+            specs = WHEELS if not args.training_only else TRAINING_WHEELS + BENCHMARK_WHEELS * args.with_benchmarks
             prepare(args.payload, args.wheels, args.load_mib, weights=not args.no_weights, specs=specs)
+        elif args.command == "plan" and args.table2 and args.issue != 34:
+            raise LimitError("--table2 goes with --issue 34 (issue 35's own plan runs Table 2 in a call of its own)")
         elif args.command == "plan" and args.issue == 35:
             payloads = {"weights": args.payload, "no-weights": args.payload_no_weights}
             manifests = {name: read_manifest(folder, name) for name, folder in payloads.items()}
             print_sessions(issue35_plan(manifests, args.kind, payloads, args.adapter, args.budget_min))
         elif args.command == "plan" and args.issue == 34:
-            print_sessions(issue34_plan(read_manifest(args.payload), args.kind, args.payload))
+            table2 = args.adapter if args.table2 else None
+            print_sessions(issue34_plan(read_manifest(args.payload), args.kind, args.payload, table2=table2))
         elif args.command == "plan":
             manifest = read_manifest(args.payload)
             for number, call in enumerate(plan(manifest, args.kind, args.payload, args.train_calls), 1):
