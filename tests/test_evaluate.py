@@ -109,6 +109,12 @@ def test_an_adapter_of_another_base_model_is_one_line(capsys, tmp_path: Path) ->
     base = resolve_model_path("tiny-random")
     (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
     evaluate.check_adapter_base("tiny-random", str(adapter))
+    # trained on another machine (a GPU's stage folder, absent here): gapo's cache layout <cache>/<name>/model names it
+    elsewhere = str(tmp_path / "gpu" / "cache" / "tiny-random" / "model")
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": elsewhere}))
+    evaluate.check_adapter_base("tiny-random", str(adapter))
+    argv[1] = "embedded"
+    _fails(capsys, argv, f"adapter '{adapter}' was trained on '{elsewhere}', not on 'embedded'")
 
 
 def test_an_endpoint_that_does_not_answer_in_time_is_one_line(capsys, tmp_path: Path) -> None:  # noqa: ANN001

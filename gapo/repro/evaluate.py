@@ -206,7 +206,11 @@ def _same_model(recorded: str, model: str) -> bool:
     if recorded == model:
         return True
     if not os.path.isdir(recorded):
-        return False  # a hub id that differs from the name given
+        # gapo's offline models live in <cache>/<name>/model on every machine: an absolute path that is not here (an
+        # adapter trained on another machine, a GPU's /tmp/gapo/cache/embedded/model) names its model by that layout
+        parts = Path(recorded).parts
+        by_layout = os.path.isabs(recorded) and parts[-2:] == (model, "model") and model in offline_models()
+        return by_layout  # else a hub id, or a directory elsewhere, that differs from the name given
     path = resolve_model_path(model) if model in offline_models() or os.path.isdir(model) else None
     if path is None:
         return False
