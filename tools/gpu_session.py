@@ -745,11 +745,11 @@ def issue34_plan(
     the runs, so leg.sh resumes them). Each later session is the same plan again, until the runs finish. One line,
     before any call, for a session or a call over the device's limits.
 
-    `table2` (an adapter, relative to the repository): issue 35's Table 2 greedy beside the legs (`BESIDE`): one more
-    call carries the adapter, the first leg's call starts Table 2 in the background before the leg (a failed start
-    does not stop the leg), and the session's last call collects it, waiting `BESIDE_WAIT_SECONDS` at most (the warm
-    leg is that much shorter). The payload also needs the benchmark wheels (`prepare --training-only
-    --with-benchmarks`)."""
+    `table2` (an adapter, relative to the repository): issue 35's Table 2 greedy beside the legs (`BESIDE`): the
+    adapter travels with the last load when both fit one call, else in a call of its own; the first leg's call starts
+    Table 2 in the background before the leg (a failed start does not stop the leg), and the session's last call
+    collects it, waiting `BESIDE_WAIT_SECONDS` at most (the warm leg is that much shorter). The payload also needs
+    the benchmark wheels (`prepare --training-only --with-benchmarks`)."""
     check_kind(kind, shapes=("0.5b",))
     tree = tree_bytes(root) if tree is None else tree
     check_loads(manifest, tree)
@@ -1227,7 +1227,9 @@ def main(argv: list[str] | None = None) -> int:
             check_kind(args.kind)
             if args.with_benchmarks and not args.training_only:
                 raise LimitError("--with-benchmarks adds to --training-only; a full payload has the benchmark wheels")
-            specs = WHEELS if not args.training_only else TRAINING_WHEELS + BENCHMARK_WHEELS * args.with_benchmarks
+            specs = WHEELS
+            if args.training_only:
+                specs = [*TRAINING_WHEELS, *(BENCHMARK_WHEELS if args.with_benchmarks else [])]
             prepare(args.payload, args.wheels, args.load_mib, weights=not args.no_weights, specs=specs)
         elif args.command == "plan" and args.table2 and args.issue != 34:
             raise LimitError("--table2 goes with --issue 34 (issue 35's own plan runs Table 2 in a call of its own)")
