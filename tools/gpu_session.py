@@ -756,8 +756,8 @@ def issue34_plan(
     if table2 is None:
         check_wheels(manifest, TRAINING_WHEELS, payload, "prepare --training-only")
     else:
-        wheels, hint = [*TRAINING_WHEELS, *BENCHMARK_WHEELS], "prepare --training-only --with-benchmarks"
-        check_wheels(manifest, wheels, payload, hint)
+        hint = "prepare --training-only --with-benchmarks"
+        check_wheels(manifest, [*TRAINING_WHEELS, *BENCHMARK_WHEELS], payload, hint)
         check_adapter_carried(table2, root, tree)
     runs = (read_state(root / state) or {}).get("runs")
     if runs and all(run["finished"] for run in runs.values()):
@@ -799,12 +799,14 @@ def issue34_plan(
     wait = BESIDE_WAIT_SECONDS if table2 is not None else 0
     left = DEVICE_SECONDS - PLAN_MARGIN_SECONDS - planned_seconds(session) - LEG_OVERHEAD_SECONDS["warm"] - wait
     train = min(left, COMMAND_SECONDS - LEG_OVERHEAD_SECONDS["warm"] - wait)
-    collect = f"bash {BESIDE} collect {wait}"
     if train >= MIN_WARM_LEG_SECONDS:
         what = "item 5: a second leg on the warm machine, resuming the runs in its /tmp"
         command = f"TL={train} bash {LEG}"
         if table2 is not None:
-            what, command = f"{what}; then Table 2's results (issue 35 item 3)", f"{command}; {collect}"
+            what, command = (
+                f"{what}; then Table 2's results (issue 35 item 3)",
+                f"{command}; bash {BESIDE} collect {wait}",
+            )
         leg = {"command": command, "timeout_s": COMMAND_SECONDS, "part": what}
         seconds = train + LEG_OVERHEAD_SECONDS["warm"] + wait
         source = LEG_SOURCE + (f"; {BESIDE_SOURCE}" if table2 is not None else "")

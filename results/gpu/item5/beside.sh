@@ -19,8 +19,7 @@
 set -u
 PY=${PY:-python3}
 B=${BESIDE_DIR:-/tmp/gapo/beside}
-export PYTHONPATH=$PWD:/tmp/gapo/site GAPO_CACHE=${GAPO_CACHE:-/tmp/gapo/cache} HF_HUB_OFFLINE=1 \
-  TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+. "$(dirname "$0")/env.sh"
 case "${1:-}" in
   receive)
     [ -f "${2:-}/adapter_config.json" ] || { echo "beside.sh: no LoRA adapter at ${2:-(none given)}" >&2; exit 2; }

@@ -23,8 +23,7 @@ TL=${TL:-290}
 PY=${PY:-python3}
 STATE=${STATE:-/tmp/gapo/item5_state}
 SEEDS=${LEG_SEEDS:-0 1}
-export PYTHONPATH=$PWD:/tmp/gapo/site GAPO_CACHE=${GAPO_CACHE:-/tmp/gapo/cache} HF_HUB_OFFLINE=1 \
-  TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+. "$(dirname "$0")/env.sh"
 R=${ITEM5_DIR:-/tmp/item5}
 read -r -a FLAGS <<< "${LEG_FLAGS:---lists 512 --steps 1000 --eval-every 25 -n 200 --score-lists 5 \
 --set num_generations=32 --set per_device_train_batch_size=256 --set lr_scheduler_type=constant_with_warmup \
