@@ -219,6 +219,9 @@ def config_problem(args: GAPOConfig) -> str | None:
             "scale_rewards 'batch' has no meaning under split_format_reward (group: each reward over its group's "
             "std, the sum over the batch's; none: each centred, no std): set group or none, or split_format_reward off"
         )
+    if args.loss_type not in LOSS_TYPES:
+        # TRL reads loss_type only in its loss pass: an unknown one fails after the model loads and a batch is sampled
+        return f"loss_type must be one of {', '.join(LOSS_TYPES)}, got {args.loss_type!r}"
     weights = args.reward_weights
     if weights is not None and (
         not isinstance(weights, list | tuple)
@@ -252,6 +255,9 @@ def config_problem(args: GAPOConfig) -> str | None:
 
 
 POLICY_DTYPES = ("auto", "float32", "bfloat16")
+#: TRL 1.14.2's token-loss aggregations (GRPOConfig.loss_type; its default, dapo, divides by the batch's token count,
+#: the paper's grpo each completion's by its own length: docs/training.md).
+LOSS_TYPES = ("dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo")
 #: transformers' learning-rate schedules (`SchedulerType`); its default, linear, decays to 0 over max_steps.
 SCHEDULERS = tuple(s.value for s in SchedulerType)
 

@@ -63,6 +63,8 @@ def test_bad_input_is_one_line_before_loading(flags, message, tmp_path, capsys, 
         (["--warmup-steps", "2.5"], "warmup_steps must be a whole number of steps >= 0"),
         (["--num-iterations", "0"], "num_iterations must be a positive integer, got 0"),
         (["--scale-rewards", "std"], "scale_rewards must be one of group, batch, none"),
+        # TRL reads loss_type only in its loss pass, after the model loads and a batch is sampled
+        (["--loss-type", "grpo_v2"], "loss_type must be one of dapo, grpo, dr_grpo, bnpo, cispo, sapo, luspo, vespo"),
         (["--reward-weights", "1.0", "nan"], "reward_weights must be a list of finite numbers"),
         (["--split-format-reward", "--reward-weights", "0.3"], "reward_weights has 1 values; the task has 2 reward(s)"),
         (["--reward-weights", "1.0", "1.0"], "has 2 values; the task has 1 reward(s): frequency"),
@@ -89,6 +91,7 @@ def test_recipe_levers_are_checked_before_loading(flags, message, tmp_path, caps
         ({"max_steps": 0}, "max_steps must be a positive integer (or -1: train num_train_epochs epochs), got 0"),
         ({"num_iterations": 2.5}, "num_iterations must be a positive integer, got 2.5"),
         ({"scale_rewards": "std"}, "scale_rewards must be one of group, batch, none"),
+        ({"loss_type": "GRPO"}, "loss_type must be one of dapo, grpo, dr_grpo, bnpo, cispo, sapo, luspo, vespo, got"),
         ({"split_format_reward": True, "scale_rewards": "batch"}, "scale_rewards 'batch' has no meaning under split"),
         # PyYAML reads `2e-4` (no dot) as a string: one line naming the fix, not a TypeError in a comparison
         ({"learning_rate": "2e-4"}, "learning_rate must be a number, got '2e-4' (YAML reads 2e-4 as text: write 2.0e"),
