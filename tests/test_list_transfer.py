@@ -199,3 +199,34 @@ def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["finished"] and summary["steps_run"] == 1 and sorted(map(int, summary["means"])) == [0, 1]
     assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3
+
+
+@pytest.mark.timeout(600)
+def test_sft_steps_train_gapo_on_the_merged_sft_model_and_a_resumed_run_keeps_it(tmp_path: Path) -> None:
+    """`--sft-steps`: the Appendix G SFT on the run's own training rows, merged into the model, then GAPO's fresh LoRA
+    on that model (step 0 scores the SFT model). A resumed leg trains on the same merged model, not on a new SFT."""
+    from safetensors.torch import load_file
+
+    from gapo.models import resolve_model_path
+
+    out = tmp_path / "lt"
+    flags = [*_tiny(steps=2, eval_every=2, score_lists=1, batch=4), "--sft-steps", "3", "--out", str(out)]
+    assert list_transfer.main([*flags, "--time-limit", "0.001"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    sft = summary["sft"]
+    assert sft["settings"]["steps"] == 3 and sft["settings"]["model"] == "tiny-random" and sft["seconds"] > 0
+    assert summary["settings"]["sft_steps"] == 3 and summary["steps_run"] == 1
+    merged_dir = out / "run" / "sft_model"
+    assert json.loads((out / "run" / "config.json").read_text())["model"] == str(merged_dir)
+    # the SFT moved the weights GAPO starts from: the merged model is not the base
+    base = load_file(str(next(Path(resolve_model_path("tiny-random")).glob("*.safetensors"))))
+    merged = load_file(str(merged_dir / "model.safetensors"))
+    moved = [k for k in base if "q_proj" in k and not torch.equal(base[k].float(), merged[k].float())]
+    assert moved, "no attention weight differs after the SFT was merged"
+    stamp = (merged_dir / "model.safetensors").stat().st_mtime_ns
+    assert list_transfer.main([*flags, "--resume"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and summary["sft"] == sft  # the first leg's record, not "reused"
+    assert (merged_dir / "model.safetensors").stat().st_mtime_ns == stamp
+    with pytest.raises(SystemExit):
+        list_transfer.main([*flags[:-1], str(tmp_path / "neg"), "--sft-steps", "-1"])

@@ -40,8 +40,17 @@ advantages are then 0, and only an entropy bonus or a KL term still moves the po
 back (`entropy_coef` 0.2 in docs/uniformity_diagnosis.md). It scores that step, writes everything with the step in
 summary.json's `stopped_without_signal`, and exits with 1.
 
+`--sft-steps N` first trains the Appendix G SFT (`gapo.repro.sft`: each prompt's loss sums the NLL of every one of its
+items; params.yaml's `sft` section for the rest) on the run's training rows for N steps, merges that adapter into the
+model (run/sft_model/, a full model directory, kept for `--resume`) and trains GAPO's fresh LoRA on the merged model:
+step 0's scores are then the SFT model's. Why: a group reward moves only answers that some rollout says. With advantages
+centred on the group's mean, the first-order pull of a step on the logit of an answer no rollout says is -p_u x sum(A)
+= 0, and an entropy bonus pulls it in proportion to p_u; the summed NLL pulls every item by 1 - L p_u, whatever its
+probability. The words a list's groups of 32 never hold (tools/item_probs.py: 3e-4 to 2e-3) are where 64 lists stop.
+
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
     python tools/list_transfer.py --lists 8 --steps 120 --as-trained --out runs/visits/k8   # learned as trained?
+    python tools/list_transfer.py --lists 64 --steps 225 --sft-steps 128 --out runs/transfer/k64_sft   # SFT, then GAPO
     python tools/list_transfer.py --lists 8 --steps 120 --shuffle-items --out runs/visits/k8_shuffled  # any order
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
@@ -175,6 +184,33 @@ def shuffled(row: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return {**row, "items": items, "prompt": chat_prompt(list_prompt(items, template))}
 
 
+def sft_warm_start(model: str, rows: list[dict[str, Any]], steps: int, seed: int, target: Path) -> dict[str, Any]:
+    """`model` after `steps` steps of the Appendix G SFT on `rows` (params.yaml's `sft` settings, `seed`), its adapter
+    merged in and saved as a full model directory at `target` (atomically), for GAPO to train a fresh LoRA on. Returns
+    what summary.json records of it. A `target` already there (a resumed run) is kept as it is: {"reused": True}."""
+    if (target / "config.json").is_file():
+        return {"reused": True}
+    import datasets
+
+    from gapo.io import atomic_dir
+    from gapo.models import load_model_and_tokenizer
+    from gapo.repro.sft import SFTConfig, train_sft
+
+    started = time.perf_counter()
+    settings = {**profiles.stage_params("train_sft", "embedded")["sft"], "model": model, "steps": steps, "seed": seed}
+    settings["output_dir"] = str(target.parent / "sft_adapter")
+    config = SFTConfig(**settings)
+    data = datasets.Dataset.from_list([{"prompt": r["prompt"], "items": r["items"]} for r in rows])
+    result = train_sft(config, *load_model_and_tokenizer(model), data)
+    merged, tokenizer = load_model_and_tokenizer(model, adapter=str(result.output_dir))
+    with atomic_dir(target) as tmp:
+        merged.merge_and_unload().save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+    settings.pop("output_dir")  # the data words (num_prompts, ...) are SFTConfig's; it trained on `rows`
+    seconds = round(time.perf_counter() - started, 1)
+    return {"settings": settings, "loss_first": result.losses[0], "loss_last": result.losses[-1], "seconds": seconds}
+
+
 def means(per_list: pd.DataFrame) -> dict[str, float]:
     """Each set's mean JSD, JSD among valid answers, invalid share and top share at one step."""
     numeric = per_list.groupby("set")[["jsd", "jsd_valid", "invalid", "top_share"]].mean()
@@ -302,6 +338,14 @@ def main(argv: list[str] | None = None) -> int:
         help="every row of a list but one asks it with the items in a fresh (seeded) order; the scored training "
         "lists keep the drawn order, which that one row asks",
     )
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=0,
+        metavar="N",
+        help="first N steps of the Appendix G SFT (every item's NLL summed) on the training rows, merged into the "
+        "model GAPO then trains on (0: none)",
+    )
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--seed", type=int, default=0, help="the training lists' seed and the run's")
     parser.add_argument(
@@ -336,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--lists, --steps, --eval-every and --score-lists must be >= 1 and -n >= 2")
     if args.time_limit is not None and args.time_limit <= 0:
         parser.error(f"--time-limit must be > 0 seconds, got {args.time_limit}")
+    if args.sft_steps < 0:
+        parser.error(f"--sft-steps must be >= 0 (0: no SFT first), got {args.sft_steps}")
     if args.stop_without_signal < 0:
         parser.error(f"--stop-without-signal must be >= 0 steps (0: never), got {args.stop_without_signal}")
     overrides = {}
@@ -409,6 +455,11 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": 0.0,
         "legs": [],
     }
+    if args.sft_steps:  # its seconds count in this leg's
+        sft = sft_warm_start(args.model, train_rows, args.sft_steps, args.seed, out / "run" / "sft_model")
+        if not sft.get("reused"):
+            summary["sft"] = sft  # a resumed run keeps the record its first leg wrote
+        script.model = str(out / "run" / "sft_model")
     legs = [leg for leg in summary["legs"] if leg["to_step"] <= first_step]  # a leg past the checkpoint is redone
     seconds_before = sum(leg["seconds"] for leg in legs)
 
