@@ -184,12 +184,14 @@ def shuffled(row: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return {**row, "items": items, "prompt": chat_prompt(list_prompt(items, template))}
 
 
-def sft_warm_start(model: str, rows: list[dict[str, Any]], steps: int, seed: int, target: Path) -> dict[str, Any]:
+def sft_warm_start(
+    model: str, rows: list[dict[str, Any]], steps: int, seed: int, target: Path
+) -> dict[str, Any] | None:
     """`model` after `steps` steps of the Appendix G SFT on `rows` (params.yaml's `sft` settings, `seed`), its adapter
     merged in and saved as a full model directory at `target` (atomically), for GAPO to train a fresh LoRA on. Returns
-    what summary.json records of it. A `target` already there (a resumed run) is kept as it is: {"reused": True}."""
+    what summary.json records of it, or None where `target` is already there (a resumed run), kept as it is."""
     if (target / "config.json").is_file():
-        return {"reused": True}
+        return None
     import datasets
 
     from gapo.io import atomic_dir
@@ -457,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.sft_steps:  # its seconds count in this leg's
         sft = sft_warm_start(args.model, train_rows, args.sft_steps, args.seed, out / "run" / "sft_model")
-        if not sft.get("reused"):
+        if sft is not None:
             summary["sft"] = sft  # a resumed run keeps the record its first leg wrote
         script.model = str(out / "run" / "sft_model")
     legs = [leg for leg in summary["legs"] if leg["to_step"] <= first_step]  # a leg past the checkpoint is redone
