@@ -129,3 +129,16 @@ def test_on_real_samples_of_gapo_eval(tmp_path: Path) -> None:
     assert row["n"] == 4 and row["format"] + row["near_miss"] + row["off_list"] == pytest.approx(row["invalid"])
     samples = [json.loads(line) for line in (ev / "samples.jsonl").read_text().splitlines()]
     assert row["invalid"] == pytest.approx(1 - sum(s["valid"] for s in samples) / 4)
+
+
+def test_without_lists_the_papers_and_the_heldin_lists_are_read(tmp_path: Path) -> None:
+    from gapo.repro import prompts as ep
+
+    heldin = next(iter(ep.HELDIN_LISTS))
+    rows = [("lists", "planets", "<answer>Mars</answer>"), ("lists", "planets", "<answer>Pluto</answer>")]
+    rows += [("heldin", heldin, f"<answer>{ep.HELDIN_LISTS[heldin][0]}</answer>")]
+    out = tmp_path / "out"
+    assert invalid_answers.main(["--samples", str(_samples(tmp_path / "s.jsonl", rows)), "--out", str(out)]) == 0
+    per_list = pd.read_csv(out / "lists.csv").set_index("list")
+    assert per_list.loc["planets", "invalid"] == 0.5 and per_list.loc[heldin, "invalid"] == 0.0
+    assert per_list.loc[heldin, "suite"] == "heldin"
