@@ -34,7 +34,7 @@ from typing import Any
 import pandas as pd
 
 from gapo.equivalence import match_item
-from gapo.io import write_json_atomic, write_text_atomic
+from gapo.io import read_jsonl, write_json_atomic, write_text_atomic
 from gapo.repro.evaluate import read_lists
 from gapo.rewards import extract_answer
 
@@ -79,21 +79,13 @@ def classify(completion: str, items: Sequence[str], near: float = 0.75) -> tuple
 def read_samples(path: str | Path) -> list[dict[str, Any]]:
     """The rows of a `gapo eval` samples.jsonl of suite lists or heldin; one line naming what is missing otherwise."""
     rows: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON ({err.msg})") from None
-            missing = [k for k in ("model", "suite", "category", "completion") if k not in row]
-            if missing:
-                raise ValueError(
-                    f"{path}:{number}: a samples row needs {', '.join(missing)} (gapo eval's samples.jsonl)"
-                )
-            if row["suite"] in ("lists", "heldin"):
-                rows.append(row)
+    for number, row in enumerate(read_jsonl(path), 1):
+        missing = [k for k in ("model", "suite", "category", "completion") if k not in row]
+        if missing:
+            needs = ", ".join(missing)
+            raise ValueError(f"{path}: row {number}: a samples row needs {needs} (gapo eval's samples.jsonl)")
+        if row["suite"] in ("lists", "heldin"):
+            rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no samples of suite lists or heldin")
     return rows
