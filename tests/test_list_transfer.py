@@ -187,9 +187,9 @@ def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch
     from transformers import TrainerCallback
 
     class Cut(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+        def on_save(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
             if state.global_step == 1:
-                raise KeyboardInterrupt  # after Score has scored step 1
+                raise KeyboardInterrupt  # after Score (called before it) has scored step 1
 
     real_train = list_transfer.train
     monkeypatch.setattr(list_transfer, "train", lambda *a, callbacks: real_train(*a, callbacks=[*callbacks, Cut()]))
@@ -199,6 +199,40 @@ def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch
     summary = json.loads((out / "summary.json").read_text())
     assert not summary["finished"] and summary["steps_run"] == 1 and sorted(map(int, summary["means"])) == [0, 1]
     assert len((out / "curve.csv").read_text().splitlines()) == 1 + 2 * 3
+
+
+@pytest.mark.timeout(600)
+def test_a_run_killed_while_scoring_its_last_step_resumes_to_score_it_and_write_its_adapter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step to score is checkpointed before it is scored, so a kill during the scoring (minutes at n=200 on a CPU;
+    a session's end once cost a 225-step run this way) loses no training: `--resume` starts at that checkpoint, scores
+    the step there, and, at the last step, writes the adapter and finishes the run without training again."""
+    from transformers import TrainerCallback
+
+    class Kill(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == 2:
+                raise KeyboardInterrupt  # the checkpoint is on disk; Score (called after it) has not scored step 2
+
+    real_train = list_transfer.train
+    with monkeypatch.context() as patch:
+        patch.setattr(list_transfer, "train", lambda *a, callbacks: real_train(*a, callbacks=[Kill(), *callbacks]))
+        out = tmp_path / "lt"
+        flags = [*_tiny(steps=2, eval_every=1, score_lists=1, batch=4), "--out", str(out)]
+        with pytest.raises(KeyboardInterrupt):
+            list_transfer.main(flags)
+    summary = json.loads((out / "summary.json").read_text())
+    assert not summary["finished"] and sorted(map(int, summary["means"])) == [0, 1]
+    assert (out / "run" / "checkpoint-2").is_dir() and not (out / "run" / "adapter").exists()
+    trained = (out / "run" / "metrics.jsonl").read_text()
+    assert list_transfer.main([*flags, "--resume"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and summary["steps_run"] == 2 and sorted(map(int, summary["means"])) == [0, 1, 2]
+    assert (out / "run" / "adapter" / "adapter_config.json").is_file()
+    assert [(leg["from_step"], leg["to_step"]) for leg in summary["legs"]] == [(0, 1), (2, 2)]
+    assert (out / "run" / "metrics.jsonl").read_text() == trained  # no step trained again
+    assert len((out / "curve.csv").read_text().splitlines()) == 1 + 3 * 3  # 3 scorings x 3 sets x 1 list
 
 
 @pytest.mark.timeout(600)

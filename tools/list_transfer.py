@@ -27,12 +27,13 @@ steps and used MU times, so the run generates steps / MU batches (summary.json's
 MU times the steps.
 
 `--time-limit SECONDS` ends training at the first step that ends past that many seconds of training (scoring included),
-scores that step, saves a checkpoint, and writes everything: on a lent GPU with minutes of device time, the budget is
+saves a checkpoint, scores that step, and writes everything: on a lent GPU with minutes of device time, the budget is
 the clock, not the steps (`--steps` then only sizes the dataset and the schedule; `summary.json` says where it stopped).
 `--resume` continues such a run in a later session from its newest checkpoint (run/checkpoint-N, saved at every scoring
-and at the time limit), with the same flags: curve.csv keeps the scorings up to that step, and summary.json's `legs`
-lists each leg's command, steps and seconds. `--keep-checkpoints` keeps every scored step's checkpoint instead of the
-newest only (to score one again with other settings).
+and at the time limit, before that step is scored), with the same flags: curve.csv keeps the scorings up to that step,
+a step whose scoring was cut short is scored first (a run killed while scoring its last step resumes to score it and
+write its adapter), and summary.json's `legs` lists each leg's command, steps and seconds. `--keep-checkpoints` keeps
+every scored step's checkpoint instead of the newest only (to score one again with other settings).
 
 `--stop-without-signal N` (10 by default, 0 never) ends a run after N steps in a row in which no group's rewards
 differed (TRL's `frac_reward_zero_std` at 1: every answer of every group invalid, or a group all alike): GRPO's
@@ -222,14 +223,16 @@ def means(per_list: pd.DataFrame) -> dict[str, float]:
 class Score(TrainerCallback):
     """Scores the live policy on every set of `lists` before the first step and every `eval_every` steps, `n` samples
     a list, keeps one row per list and step in `rows`, and calls `on_score(step)` after each scoring (main writes
-    curve.csv and summary.json there). With `time_limit` (seconds from the start of this leg of training), stops
-    training at the first step that ends past it and ends a batch of rollouts (a multiple of `num_iterations`), after
-    scoring that step, and has the trainer save a checkpoint there (a later `--resume` continues from it);
-    `stopped_at` is then that step. After `no_signal_limit` logged steps in a row with no reward spread in any group
-    (0: never), it scores that step and stops training there; `stopped_without_signal` is then that step. A resumed
-    run starts with the `rows` it had scored, and does not score its first step again. `lists` maps each set to its
-    lists; `instructions` maps a set's lists to the phrasing each is asked in (``train_asked``), one sampling call a
-    list, the others in the evaluation's phrasing."""
+    curve.csv and summary.json there). A step to score is checkpointed first and scored after the save (`on_save`):
+    a run killed while scoring (minutes at n=200 on a CPU) keeps the step it trained, and `--resume` scores it on
+    starting there (a resumed run starts with the `rows` it had scored and scores its first step only where they
+    lack it). With `time_limit` (seconds from the start of this leg of training), stops training at the first step
+    that ends past it and ends a batch of rollouts (a multiple of `num_iterations`), checkpointed and scored as above
+    (a later `--resume` continues from it); `stopped_at` is then that step. After `no_signal_limit` logged steps in a
+    row with no reward spread in any group (0: never), it scores that step and stops training there;
+    `stopped_without_signal` is then that step. `lists` maps each set to its lists; `instructions` maps a set's lists
+    to the phrasing each is asked in (``train_asked``), one sampling call a list, the others in the evaluation's
+    phrasing."""
 
     def __init__(
         self,
@@ -256,6 +259,10 @@ class Score(TrainerCallback):
         self.no_signal_limit = no_signal_limit
         self.no_signal_steps = 0  #: logged steps in a row whose every group had equal rewards
         self.stopped_without_signal: int | None = None
+        self.due: int | None = None  #: the step to score once its checkpoint is saved
+
+    def scored(self, step: int) -> bool:
+        return any(r["step"] == step for r in self.rows)
 
     def curve(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows).rename(columns={"category": "list"})
@@ -282,8 +289,9 @@ class Score(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
         self.started = time.perf_counter()
-        if state.global_step == 0:
-            self.score(model, 0)
+        # step 0, or a resumed run's checkpoint whose scoring was cut short (every checkpoint is a step to score)
+        if not self.scored(state.global_step):
+            self.score(model, state.global_step)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
         step = state.global_step
@@ -292,11 +300,17 @@ class Score(TrainerCallback):
         boundary = step % args.num_iterations == 0
         out_of_time = self.time_limit is not None and boundary and time.perf_counter() - self.started > self.time_limit
         if step % self.eval_every == 0 or step == state.max_steps or out_of_time:
-            self.score(model, step)
+            self.due = step
+            control.should_save = True  # saved first, scored in on_save: the checkpoint a later --resume starts from
         if out_of_time and step < state.max_steps:
             self.stopped_at = step
             control.should_training_stop = True
-            control.should_save = True  # the checkpoint a later --resume continues from
+
+    def on_save(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        if self.due == state.global_step:
+            self.due = None
+            if not self.scored(state.global_step):  # on_log may have scored it (no reward signal)
+                self.score(model, state.global_step)
 
     def on_log(self, args, state, control, logs=None, model=None, **kwargs):  # noqa: ANN001, ANN201
         # TRL logs the share of groups whose rewards are all equal; at 1 every advantage is 0 (after on_step_end)
@@ -305,7 +319,7 @@ class Score(TrainerCallback):
         self.no_signal_steps = self.no_signal_steps + 1 if logs["frac_reward_zero_std"] >= 1.0 else 0
         step = state.global_step
         if self.no_signal_steps >= self.no_signal_limit and step < state.max_steps and self.stopped_at is None:
-            if not any(r["step"] == step for r in self.rows):
+            if not self.scored(step):
                 self.score(model, step)
             self.stopped_without_signal = step
             control.should_training_stop = True
@@ -420,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         del settings[key]  # a leg's (summary.json's legs)
     settings = json.loads(json.dumps(settings))  # as summary.json holds them, to compare on --resume
     trained = json.loads(json.dumps([{"category": r["category"], "items": r["items"]} for r in train_rows]))
-    summary, rows = resumed(out, settings, trained) if args.resume else ({}, [])
+    summary, rows, first_step = resumed(out, settings, trained) if args.resume else ({}, [], 0)
 
     from gapo.models import load_tokenizer
 
@@ -440,7 +454,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     environment_now = environment()
     started = time.perf_counter()
-    first_step = max((r["step"] for r in rows), default=0)
     summary = summary or {
         "command": command,
         "settings": settings,
@@ -513,9 +526,10 @@ DATA_WORDS = ("num_prompts", "min_items", "max_items")
 
 def resumed(
     out: Path, settings: dict[str, Any], training_lists: list[dict[str, Any]]
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The summary of the unfinished run in `out` and its curve rows up to its newest checkpoint (the step training
-    continues from; none without a checkpoint, when training starts again from step 0). Refused in one line, before
+) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
+    """The summary of the unfinished run in `out`, its curve rows up to its newest checkpoint and that checkpoint's
+    step, the one training continues from (0 and no rows without a checkpoint: training starts again from step 0; the
+    checkpoint's own step lacks its rows where the run was killed while scoring it). Refused in one line, before
     anything loads, when there is no run to continue, it has finished, or it ran with other `settings` or on other
     `training_lists`."""
     if not (out / "summary.json").is_file():
@@ -539,7 +553,7 @@ def resumed(
     step = checkpoint_step(checkpoint) if checkpoint else -1
     curve = pd.read_csv(out / "curve.csv") if (out / "curve.csv").is_file() else pd.DataFrame(columns=["step"])
     rows = curve[curve.step <= step].rename(columns={"list": "category"}).to_dict("records")
-    return summary, rows
+    return summary, rows, max(step, 0)
 
 
 def _changed(before: dict[str, Any], now: dict[str, Any], prefix: str = "") -> list[str]:
