@@ -176,6 +176,11 @@ def test_a_run_whose_groups_carry_no_reward_signal_stops_and_says_so(tmp_path: P
         list_transfer.main([*flags, "--resume"])
     with pytest.raises(SystemExit):
         list_transfer.main([*flags, "--stop-without-signal", "-1"])
+    # a stop on a step that is also due to be scored (--eval-every 2) scores it once: on_log, then not again on_save
+    due = tmp_path / "due"
+    flags_due = [*_tiny(steps=4, eval_every=2, score_lists=1, batch=4), "--out", str(due)]
+    assert list_transfer.main([*flags_due, "--stop-without-signal", "2"]) == 1
+    assert len((due / "curve.csv").read_text().splitlines()) == 1 + 2 * 3  # steps 0 and 2, 3 sets x 1 list
     # 0 never stops: the same run goes on to its last step
     assert list_transfer.main([*flags[:-1], str(tmp_path / "on"), "--stop-without-signal", "0"]) == 0
     assert json.loads((tmp_path / "on" / "summary.json").read_text())["stopped_without_signal"] is None
