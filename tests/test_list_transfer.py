@@ -186,6 +186,17 @@ def test_a_run_whose_groups_carry_no_reward_signal_stops_and_says_so(tmp_path: P
     assert json.loads((tmp_path / "on" / "summary.json").read_text())["stopped_without_signal"] is None
 
 
+def _beside_score(patch: pytest.MonkeyPatch, callback: object, first: bool) -> None:
+    """Has list_transfer's training run `callback` beside its Score callback, called before it (`first`) or after:
+    a kill at a chosen point of a step, as a device call's limit or a session's end kills a run."""
+    real_train = list_transfer.train
+
+    def train(*args: object, callbacks: list) -> object:
+        return real_train(*args, callbacks=[callback, *callbacks] if first else [*callbacks, callback])
+
+    patch.setattr(list_transfer, "train", train)
+
+
 @pytest.mark.timeout(600)
 def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run killed mid-training (a device call's limit) keeps curve.csv and summary.json as of its last scoring."""
@@ -196,8 +207,7 @@ def test_a_run_cut_short_keeps_its_curve_and_summary(tmp_path: Path, monkeypatch
             if state.global_step == 1:
                 raise KeyboardInterrupt  # after Score (called before it) has scored step 1
 
-    real_train = list_transfer.train
-    monkeypatch.setattr(list_transfer, "train", lambda *a, callbacks: real_train(*a, callbacks=[*callbacks, Cut()]))
+    _beside_score(monkeypatch, Cut(), first=False)
     out = tmp_path / "lt"
     with pytest.raises(KeyboardInterrupt):
         list_transfer.main([*_tiny(steps=3, eval_every=1, score_lists=1, batch=4), "--out", str(out)])
@@ -220,9 +230,8 @@ def test_a_run_killed_while_scoring_its_last_step_resumes_to_score_it_and_write_
             if state.global_step == 2:
                 raise KeyboardInterrupt  # the checkpoint is on disk; Score (called after it) has not scored step 2
 
-    real_train = list_transfer.train
     with monkeypatch.context() as patch:
-        patch.setattr(list_transfer, "train", lambda *a, callbacks: real_train(*a, callbacks=[Kill(), *callbacks]))
+        _beside_score(patch, Kill(), first=True)
         out = tmp_path / "lt"
         flags = [*_tiny(steps=2, eval_every=1, score_lists=1, batch=4), "--out", str(out)]
         with pytest.raises(KeyboardInterrupt):
