@@ -157,6 +157,45 @@ def test_resume_continues_a_run_stopped_by_its_time_limit_in_a_later_leg(tmp_pat
 
 
 @pytest.mark.timeout(600)
+def test_resume_with_more_steps_carries_a_finished_run_on_under_a_constant_schedule(tmp_path: Path) -> None:
+    """Whether a recipe's curve still falls past its budget is asked after the run: `--resume` with a larger `--steps`
+    trains on from the finished run's checkpoint (here scoring every 2 steps instead of every 1), keeping what it
+    trained and scored. Refused in one line where the longer run would not train on at the run's rate: inside the
+    longer run's warmup, under a schedule that depends on the run's length (linear), or with fewer steps."""
+    out = tmp_path / "lt"
+    flags = [*_tiny(steps=2, eval_every=1, score_lists=1, batch=4), "--out", str(out)]  # params.yaml's schedule
+    assert list_transfer.main(flags) == 0
+    assert json.loads((out / "summary.json").read_text())["finished"]
+    trained = (out / "run" / "metrics.jsonl").read_text()
+
+    def longer(steps: int, *more: str) -> list[str]:
+        return [*_tiny(steps=steps, eval_every=2, score_lists=1, batch=4), *more, "--out", str(out), "--resume"]
+
+    assert list_transfer.main(longer(4)) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finished"] and summary["steps_run"] == 4 and sorted(map(int, summary["means"])) == [0, 1, 2, 4]
+    assert [(leg["from_step"], leg["to_step"]) for leg in summary["legs"]] == [(0, 2), (2, 4)]
+    assert "--steps 2 " in summary["legs"][0]["command"] and "--steps 4 " in summary["legs"][1]["command"]
+    settings = summary["settings"]
+    assert (settings["steps"], settings["train"]["max_steps"], settings["eval_every"]) == (4, 4, 2)
+    steps = [json.loads(line)["step"] for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert (out / "run" / "metrics.jsonl").read_text().startswith(trained) and steps[-1] == 4
+    assert summary["rollouts"] == 4 * 4 and len((out / "curve.csv").read_text().splitlines()) == 1 + 4 * 3
+    with pytest.raises(SystemExit, match="continues from step 4, inside the longer run's warmup \\(5 steps\\)"):
+        list_transfer.main(longer(100))
+    with pytest.raises(SystemExit, match="other settings \\(steps, train.max_steps\\)"):
+        list_transfer.main(longer(3))
+    linear = json.loads((out / "summary.json").read_text())
+    linear["settings"]["train"]["lr_scheduler_type"] = "linear"  # as a run trained under it records it
+    linear["settings"]["set"].append("lr_scheduler_type=linear")
+    (out / "summary.json").write_text(json.dumps(linear))
+    with pytest.raises(SystemExit, match="has lr_scheduler_type linear, whose rate depends on the run's length"):
+        list_transfer.main(longer(8, "--set", "lr_scheduler_type=linear"))
+    with pytest.raises(SystemExit, match="finished at step 4; nothing to continue"):
+        list_transfer.main(longer(4, "--set", "lr_scheduler_type=linear"))
+
+
+@pytest.mark.timeout(600)
 def test_a_run_whose_groups_carry_no_reward_signal_stops_and_says_so(tmp_path: Path) -> None:
     """The tiny random model never writes a valid answer, so every group's rewards are equal and every advantage 0,
     as in a run whose format has broken (entropy_coef 0.2): after --stop-without-signal such steps in a row the run

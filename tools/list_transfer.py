@@ -33,7 +33,12 @@ the clock, not the steps (`--steps` then only sizes the dataset and the schedule
 and at the time limit, before that step is scored), with the same flags: curve.csv keeps the scorings up to that step,
 a step whose scoring was cut short is scored first (a run killed while scoring its last step resumes to score it and
 write its adapter), and summary.json's `legs` lists each leg's command, steps and seconds. `--keep-checkpoints` keeps
-every scored step's checkpoint instead of the newest only (to score one again with other settings).
+every scored step's checkpoint instead of the newest only (to score one again with other settings). `--resume` with
+a larger `--steps` carries a run, finished or not, past the steps it was started with, from its newest checkpoint:
+allowed under a constant schedule only (`constant`, or `constant_with_warmup` with the checkpoint past the longer
+run's warmup), where the learning rate from the checkpoint on does not depend on `--steps`, so the steps added train
+at the rate the run was training at. A resumed leg may also score at another `--eval-every` (when to look, not how to
+train); every other flag must be the same.
 
 `--stop-without-signal N` (10 by default, 0 never) ends a run after N steps in a row in which no group's rewards
 differed (TRL's `frac_reward_zero_std` at 1: every answer of every group invalid, or a group all alike): GRPO's
@@ -56,6 +61,7 @@ probability. The words a list's groups of 32 never hold (tools/item_probs.py: 3e
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR --resume
+    python tools/list_transfer.py --lists 64 --steps 450 --sft-steps 128 --out runs/transfer/k64_sft --resume  # on
     python tools/list_transfer.py --model tiny-random --lists 2 --steps 2 --eval-every 1 -n 4 --out /tmp/lt  # a check
 """
 
@@ -389,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--resume",
         action="store_true",
-        help="continue the unfinished run in --out from its newest checkpoint (the same flags; a later GPU session)",
+        help="continue the run in --out from its newest checkpoint (the same flags; a later GPU session), or carry it "
+        "past its steps with a larger --steps under a constant schedule",
     )
     args = parser.parse_args(argv)
     if min(args.lists, args.steps, args.eval_every, args.score_lists) < 1 or args.n < 2:
@@ -434,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         del settings[key]  # a leg's (summary.json's legs)
     settings = json.loads(json.dumps(settings))  # as summary.json holds them, to compare on --resume
     trained = json.loads(json.dumps([{"category": r["category"], "items": r["items"]} for r in train_rows]))
-    summary, rows, first_step = resumed(out, settings, trained) if args.resume else ({}, [], 0)
+    warmup = config.get_warmup_steps(config.max_steps)  # the schedule's, as the trainer will resolve it
+    summary, rows, first_step = resumed(out, settings, trained, warmup) if args.resume else ({}, [], 0)
 
     from gapo.models import load_tokenizer
 
@@ -522,35 +530,61 @@ WHERE = ("out",)
 #: resumed run's data are checked as its training lists instead, and these are rewritten as they are now: summaries
 #: written before de6c0d7 hold params.yaml's 512 rows of 4-12 items there (item 5's H200 runs of 2026-12-04).
 DATA_WORDS = ("num_prompts", "min_items", "max_items")
+#: When a run scores (and so checkpoints), not how it trains: a resumed leg may look more or less often.
+LOOK = ("eval_every", "train.save_steps")
+#: The run's length, which a resumed leg may grow under a constant schedule (`resumed`).
+STEPS = ("steps", "train.max_steps")
+#: The schedules whose rate after the warmup does not depend on the run's length (transformers' names).
+CONSTANT_SCHEDULES = ("constant", "constant_with_warmup")
 
 
 def resumed(
-    out: Path, settings: dict[str, Any], training_lists: list[dict[str, Any]]
+    out: Path, settings: dict[str, Any], training_lists: list[dict[str, Any]], warmup: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]], int]:
-    """The summary of the unfinished run in `out`, its curve rows up to its newest checkpoint and that checkpoint's
-    step, the one training continues from (0 and no rows without a checkpoint: training starts again from step 0; the
-    checkpoint's own step lacks its rows where the run was killed while scoring it). Refused in one line, before
-    anything loads, when there is no run to continue, it has finished, or it ran with other `settings` or on other
-    `training_lists`."""
+    """The summary of the run in `out` (its settings now `settings`), its curve rows up to its newest checkpoint and
+    that checkpoint's step, the one training continues from (0 and no rows without a checkpoint: training starts again
+    from step 0; the checkpoint's own step lacks its rows where the run was killed while scoring it). Refused in one
+    line, before anything loads, when there is no run to continue, it has finished and `settings` ask no more steps,
+    or it ran with other `settings` (but `WHERE`, `DATA_WORDS`, `LOOK` and, growing, `STEPS`) or on other
+    `training_lists`. More steps are refused unless the schedule is one of `CONSTANT_SCHEDULES` and the checkpoint is
+    past the longer run's `warmup` steps: any other schedule's rate at a step depends on the run's length (linear decays
+    to 0 at its last step), so the run carried on would not be the run it was nor a longer one."""
     if not (out / "summary.json").is_file():
         raise SystemExit(f"--resume: {out} holds no list_transfer run (no summary.json)")
     summary = json.loads((out / "summary.json").read_text())
-    if summary.get("finished"):
-        raise SystemExit(f"--resume: the run in {out} finished at step {summary['steps_run']}; nothing to continue")
     if summary.get("stopped_without_signal") is not None:
         step = summary["stopped_without_signal"]
         raise SystemExit(f"--resume: the run in {out} stopped at step {step} without a reward signal; nothing to learn")
-    ignored = {*WHERE, *(f"train.{word}" for word in DATA_WORDS)}
-    changed = [key for key in _changed(summary["settings"], settings) if key not in ignored]
+    before = summary["settings"]
+    longer = settings["steps"] > before["steps"]
+    ignored = {*WHERE, *(f"train.{word}" for word in DATA_WORDS), *LOOK, *(STEPS if longer else ())}
+    changed = [key for key in _changed(before, settings) if key not in ignored]
     if changed:
         raise SystemExit(f"--resume: {out} was run with other settings ({', '.join(changed)}); pass the same flags")
     if summary.get("training_lists") != training_lists:
         raise SystemExit(f"--resume: {out} was trained on other lists than these flags give; pass the same flags")
-    summary["settings"].update({key: settings[key] for key in WHERE})
-    summary["settings"]["train"].update({word: settings["train"][word] for word in DATA_WORDS})
-    summary.setdefault("legs", [])
+    if summary.get("finished") and not longer:
+        raise SystemExit(
+            f"--resume: the run in {out} finished at step {summary['steps_run']}; nothing to continue (a larger "
+            "--steps carries it on under a constant schedule)"
+        )
     checkpoint = last_checkpoint(out / "run")
     step = checkpoint_step(checkpoint) if checkpoint else -1
+    if longer:
+        schedule = settings["train"].get("lr_scheduler_type")
+        if schedule not in CONSTANT_SCHEDULES:
+            raise SystemExit(
+                f"--resume --steps {settings['steps']}: the run in {out} has lr_scheduler_type {schedule}, whose rate "
+                f"depends on the run's length; only {' or '.join(CONSTANT_SCHEDULES)} carries a run past its "
+                f"--steps ({before['steps']})"
+            )
+        if step < warmup:
+            raise SystemExit(
+                f"--resume --steps {settings['steps']}: the run in {out} continues from step {max(step, 0)}, inside "
+                f"the longer run's warmup ({warmup} steps); start it again with --steps {settings['steps']}"
+            )
+    summary["settings"] = settings  # as this leg runs it: the legs' commands say what each leg was given
+    summary.setdefault("legs", [])
     curve = pd.read_csv(out / "curve.csv") if (out / "curve.csv").is_file() else pd.DataFrame(columns=["step"])
     rows = curve[curve.step <= step].rename(columns={"list": "category"}).to_dict("records")
     return summary, rows, max(step, 0)
