@@ -37,8 +37,10 @@ every scored step's checkpoint instead of the newest only (to score one again wi
 a larger `--steps` carries a run, finished or not, past the steps it was started with, from its newest checkpoint:
 allowed under a constant schedule only (`constant`, or `constant_with_warmup` with the checkpoint past the longer
 run's warmup), where the learning rate from the checkpoint on does not depend on `--steps`, so the steps added train
-at the rate the run was training at. A resumed leg may also score at another `--eval-every` (when to look, not how to
-train); every other flag must be the same.
+at the rate the run was training at. Their rows come from the longer run's dataset, which the trainer shuffles afresh
+(its order depends on its length), so in the steps added each list is visited as often as the others on average, not
+within one. A resumed leg may also score at another `--eval-every` (when to look, not how to train); every other flag
+must be the same.
 
 `--stop-without-signal N` (10 by default, 0 never) ends a run after N steps in a row in which no group's rewards
 differed (TRL's `frac_reward_zero_std` at 1: every answer of every group invalid, or a group all alike): GRPO's
@@ -61,7 +63,7 @@ probability. The words a list's groups of 32 never hold (tools/item_probs.py: 3e
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR --resume
-    python tools/list_transfer.py --lists 64 --steps 450 --sft-steps 128 --out runs/transfer/k64_sft --resume  # on
+    python tools/list_transfer.py --lists 64 --steps 450 --sft-steps 128 --out runs/transfer/k64_sft --resume  # to 450
     python tools/list_transfer.py --model tiny-random --lists 2 --steps 2 --eval-every 1 -n 4 --out /tmp/lt  # a check
 """
 
