@@ -178,8 +178,9 @@ def test_resume_with_more_steps_carries_a_finished_run_on_under_a_constant_sched
     assert "--steps 2 " in summary["legs"][0]["command"] and "--steps 4 " in summary["legs"][1]["command"]
     settings = summary["settings"]
     assert (settings["steps"], settings["train"]["max_steps"], settings["eval_every"]) == (4, 4, 2)
-    steps = [json.loads(line)["step"] for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert (out / "run" / "metrics.jsonl").read_text().startswith(trained) and steps[-1] == 4
+    logged = (out / "run" / "metrics.jsonl").read_text()
+    steps = [json.loads(line)["step"] for line in logged.splitlines()]
+    assert logged.startswith(trained) and steps[-1] == 4
     assert summary["rollouts"] == 4 * 4 and len((out / "curve.csv").read_text().splitlines()) == 1 + 4 * 3
     with pytest.raises(SystemExit, match="continues from step 4, inside the longer run's warmup \\(5 steps\\)"):
         list_transfer.main(longer(100))
