@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gapo.repro import sft
 from gapo.repro.chat import render_prompt
 from gapo.repro.sft import SFTConfig, build_item_batch, item_completion_ids, per_row_nll, summed_item_loss, train_sft
 
@@ -45,6 +46,49 @@ def test_loss_is_the_summed_per_item_nll(tiny_model_and_tokenizer):  # noqa: ANN
     direct = [_direct_nll(model, tok, p, item) for p, items in zip(PROMPTS, ITEMS, strict=True) for item in items]
     torch.testing.assert_close(rows, torch.tensor(direct), rtol=1e-4, atol=1e-3)
     assert float(loss) == pytest.approx(sum(direct) / 2, rel=1e-4)  # per prompt: sum over items; mean over prompts
+
+
+def test_the_shared_prompt_forward_gives_the_plain_forwards_loss_and_gradients(tiny_model_and_tokenizer, caplog):  # noqa: ANN001
+    """Rows of two prompts of different lengths (left padding) and items of different lengths (right padding): the
+    shared-prompt forward (each prompt encoded once) gives each row's NLL and the LoRA gradients of the plain forward,
+    which encodes every row's prompt; with gradient checkpointing on, training takes the plain forward and says why."""
+    import logging
+
+    from gapo.repro.sft import SFTConfig, lora_model, plain_completion_logps
+
+    model, tok = tiny_model_and_tokenizer
+    peft_model = lora_model(model, SFTConfig(lora_r=4, lora_alpha=8, lora_dropout=0.0))
+    with torch.no_grad():  # LoRA B starts at 0: give the adapter a say in the outputs
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.05)
+    items = [["Mars", "Venus", "Earth", "Jupiter and its moons"], ["Red", "Blue"]]
+    batch = build_item_batch(tok, PROMPTS, items)
+    mask = batch.completion_mask
+    assert (batch.attention_mask[:, 0] == 0).any() and (mask[:, -1] == 0).any()  # both paddings are exercised
+    lora = [p for n, p in peft_model.named_parameters() if "lora_" in n]
+
+    def nll_and_grads(forward):  # noqa: ANN001, ANN202
+        peft_model.zero_grad(set_to_none=True)
+        rows = forward()
+        (rows.sum() / batch.num_prompts).backward()
+        return rows.detach(), [p.grad.detach().clone() for p in lora]
+
+    shared, shared_grads = nll_and_grads(lambda: per_row_nll(peft_model, batch))
+    plain_logps = lambda: plain_completion_logps(peft_model, batch.input_ids, batch.attention_mask, mask.size(1))  # noqa: E731
+    plain, plain_grads = nll_and_grads(lambda: -(plain_logps() * mask).sum(-1))
+    torch.testing.assert_close(shared, plain, rtol=1e-4, atol=1e-4)
+    for got, want in zip(shared_grads, plain_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
+    direct = [_direct_nll(peft_model, tok, p, item) for p, its in zip(PROMPTS, items, strict=True) for item in its]
+    torch.testing.assert_close(shared, torch.tensor(direct), rtol=1e-4, atol=1e-3)
+
+    peft_model.base_model.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    sft._FALLBACKS_LOGGED.clear()  # said once a process: another test may have said it already
+    with caplog.at_level(logging.INFO, logger="gapo.repro.sft"):
+        checkpointed, _ = nll_and_grads(lambda: per_row_nll(peft_model, batch))
+    torch.testing.assert_close(checkpointed, plain, rtol=1e-4, atol=1e-4)
+    assert "gradient checkpointing" in caplog.text and "plain forward" in caplog.text
 
 
 def test_completion_is_answer_tag_plus_eos_and_respects_a_prefilled_prefix(tokenizer):  # noqa: ANN001
@@ -138,3 +182,21 @@ def test_gapo_sft_reads_the_dataset_settings_of_the_data_section(tmp_path: Path)
     assert config.response_prefix == "<answer>" and config.steps == 2
     (flagged,) = config_from_cli([SFTConfig], ["--params", str(params), "--num-prompts", "2"], "gapo sft", "sft", "")
     assert flagged.num_prompts == 2  # flags still override
+
+
+def test_the_sft_speed_probe_times_both_paths_on_the_same_batches(tmp_path: Path):
+    """perf/sft_speed.py end to end on tiny-random: a median for each path, the ratio line, and the JSON it names."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "sft_speed.json"
+    root = Path(__file__).resolve().parents[1]
+    flags = ["--model", "tiny-random", "--steps", "2", "--warmup", "1", "--batch-size", "2", "--out", str(out)]
+    run = subprocess.run(
+        [sys.executable, "perf/sft_speed.py", *flags], cwd=root, capture_output=True, text=True, check=True
+    )
+    report = json.loads(out.read_text())
+    assert report["batch_size"] == 2 and len(report["rows"]) == 3
+    assert [len(report["times"][path]) for path in ("shared", "plain")] == [2, 2]
+    assert report["nll_max_abs_diff"] < 1e-3
+    assert run.stdout.strip().splitlines()[-1] == f"shared_vs_plain={report['shared_vs_plain']:.2f}"

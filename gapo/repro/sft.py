@@ -8,14 +8,21 @@ How it differs from GAPO: no sampling and no reward. For a list prompt with vali
 onto every valid completion; the paper finds it improves uniformity on training-like lists (JS 0.31 -> 0.19 for
 Qwen2.5 7B) but not open-set diversity (Unique@500 29 -> 3), Table 8.
 
-Batch layout for one step (rows = all (prompt, item) pairs of `batch_size` prompts). Every row is LEFT-padded so
-that all rows end in the same column; the completion of row i fills its last c_i columns, so only the last
-``max(c_i) + 1`` positions need logits (``logits_to_keep``), which keeps the 152k-wide LM head affordable::
+Batch layout for one step (rows = all (prompt, item) pairs of `batch_size` prompts): each prompt LEFT-padded to a
+common width P, each completion RIGHT-padded to a common width C, so every completion starts in column P (TRL's
+layout for its log-prob pass)::
 
-    . . . [prompt 0 ....] <answer>Mars</answer><EOS>        row (prompt 0, "Mars")
-    . . . [prompt 0 ....] <answer>Venus</answer><EOS>       row (prompt 0, "Venus")
-    [prompt 1 .........] <answer>Red</answer><EOS>          row (prompt 1, "Red")
-                          ^^^^^^^^^^^^^^^^^^^^^^^^ labelled
+    . . . [prompt 0 ....] | <answer>Mars</answer><EOS>        row (prompt 0, "Mars")
+    . . . [prompt 0 ....] | <answer>Venus</answer><EOS> .     row (prompt 0, "Venus")
+    [prompt 1 .........]  | <answer>Red</answer><EOS> . .     row (prompt 1, "Red")
+                            ^^^^^^^^^^^^^^^^^^^^^^^^^^ labelled
+
+A prompt's L rows share their prompt tokens, and `gapo.prefix.shared_prompt_logps` (the forward GAPO's loss uses)
+encodes each distinct prompt once and runs its L completions against that encoding: an SFT step then costs about its
+completions, not L copies of the prompt (3.2x faster a step on the embedded model: docs/performance.md). Exact by
+causal attention; a model that path turns away (`Unsupported`, e.g. gradient checkpointing on) takes the plain
+forward over the same layout, with one log line. Only the completion columns go through the 152k-wide LM head.
+LoRA dropout draws one mask per prompt on the shared path and one per row on the plain one: equal in expectation.
 
 The step loss is the mean over the batch's prompts of L(prompt). Paper settings are not given for this baseline;
 we reuse GAPO's LoRA (r 64, alpha 32, dropout 0.1, all linear layers) and learning rate (1e-5): `gapo.defaults`.
@@ -43,6 +50,7 @@ from gapo.backends import lora_config
 from gapo.config import config_from_cli
 from gapo.io import atomic_dir
 from gapo.models import load_model_and_tokenizer
+from gapo.prefix import Unsupported, shared_prompt_logps
 from gapo.repro.chat import render_prompt
 from gapo.tasks.lists import make_list_selection_dataset
 
@@ -102,20 +110,25 @@ def item_completion_ids(tokenizer: Any, item: str, prefix: str = "") -> list[int
 
 @dataclass(frozen=True)
 class ItemBatch:
-    """Left-padded (prompt + completion) rows; `completion_lengths[i]` trailing tokens of row i are labelled."""
+    """One row per (prompt, item): the prompt left-padded to P columns, then the completion right-padded to C."""
 
-    input_ids: torch.Tensor  # (R, T)
-    attention_mask: torch.Tensor  # (R, T)
-    completion_lengths: torch.Tensor  # (R,)
+    input_ids: torch.Tensor  # (R, P+C)
+    attention_mask: torch.Tensor  # (R, P+C)
+    completion_width: int  # C: the labelled tokens are the completion columns the mask keeps
     prompt_index: torch.Tensor  # (R,) which prompt each row belongs to
     num_prompts: int
 
+    @property
+    def completion_mask(self) -> torch.Tensor:
+        """(R, C): 1 on each row's completion tokens (the NLL's terms), 0 on its right padding."""
+        return self.attention_mask[:, -self.completion_width :]
+
 
 def build_item_batch(tokenizer: Any, prompts: Sequence[Any], items: Sequence[Sequence[str]]) -> ItemBatch:
-    """One row per (prompt, valid item), left-padded to a common end column."""
+    """One row per (prompt, valid item) in the layout above: prompts left-padded, completions right-padded."""
     if len(prompts) != len(items) or not prompts:
         raise ValueError(f"need one item list per prompt and at least one prompt, got {len(prompts)} and {len(items)}")
-    rows, comp_lengths, owner = [], [], []
+    prompt_rows, completions, owner = [], [], []
     for p, (prompt, valid) in enumerate(zip(prompts, items, strict=True)):
         distinct = list(dict.fromkeys(valid))
         if not distinct:
@@ -123,15 +136,44 @@ def build_item_batch(tokenizer: Any, prompts: Sequence[Any], items: Sequence[Seq
         text, prefix = render_prompt(tokenizer, prompt)
         prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         for item in distinct:
-            completion = item_completion_ids(tokenizer, item, prefix)
-            rows.append(prompt_ids + completion)
-            comp_lengths.append(len(completion))
+            prompt_rows.append(prompt_ids)
+            completions.append(item_completion_ids(tokenizer, item, prefix))
             owner.append(p)
-    width = max(len(r) for r in rows)
+    width_p = max(len(r) for r in prompt_rows)
+    width_c = max(len(c) for c in completions)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    input_ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
-    attention_mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    return ItemBatch(input_ids, attention_mask, torch.tensor(comp_lengths), torch.tensor(owner), len(prompts))
+    input_ids = torch.tensor(
+        [
+            [pad] * (width_p - len(r)) + r + c + [pad] * (width_c - len(c))
+            for r, c in zip(prompt_rows, completions, strict=True)
+        ]
+    )
+    attention_mask = torch.tensor(
+        [
+            [0] * (width_p - len(r)) + [1] * (len(r) + len(c)) + [0] * (width_c - len(c))
+            for r, c in zip(prompt_rows, completions, strict=True)
+        ]
+    )
+    return ItemBatch(input_ids, attention_mask, width_c, torch.tensor(owner), len(prompts))
+
+
+def plain_completion_logps(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, completion_width: int
+) -> torch.Tensor:
+    """Log-prob of each completion token, (R, C), from one forward over the whole rows (every prompt once per row):
+    the fallback for a model `shared_prompt_logps` turns away. Only the C positions that predict completion tokens (the
+    prompt's last column and the completion's first C-1) go through the LM head."""
+    c = completion_width
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens start at position 0
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, logits_to_keep=c + 1
+    ).logits[:, :-1, :]  # (R, C, V): column P-1+j predicts completion token j
+    targets = input_ids[:, -c:]
+    return -torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
+
+
+#: `Unsupported` reasons already logged, so a run that falls back says why once, not every step.
+_FALLBACKS_LOGGED: set[str] = set()
 
 
 def per_row_nll(model: Any, batch: ItemBatch) -> torch.Tensor:
@@ -139,16 +181,15 @@ def per_row_nll(model: Any, batch: ItemBatch) -> torch.Tensor:
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)
     mask = batch.attention_mask.to(device)
-    lengths = batch.completion_lengths.to(device)
-    keep = int(lengths.max()) + 1  # logits at column t predict token t + 1
-    position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens start at position 0
-    logits = model(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, logits_to_keep=keep).logits
-    logits = logits[:, :-1, :].float()  # (R, K-1, V): predictions of the last K-1 tokens
-    targets = input_ids[:, -(keep - 1) :]  # (R, K-1)
-    token_nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # (R, K-1)
-    cols = torch.arange(keep - 1, device=device)[None, :]
-    labelled = cols >= (keep - 1 - lengths)[:, None]  # the last c_i columns of row i
-    return (token_nll * labelled).sum(dim=-1)
+    c = batch.completion_width
+    try:
+        logps, _ = shared_prompt_logps(model, input_ids, mask, c)
+    except Unsupported as reason:
+        if str(reason) not in _FALLBACKS_LOGGED:
+            _FALLBACKS_LOGGED.add(str(reason))
+            logger.info("SFT: each row's prompt is encoded again (plain forward): %s", reason)
+        logps = plain_completion_logps(model, input_ids, mask, c)
+    return -(logps * mask[:, -c:]).sum(dim=-1)
 
 
 def summed_item_loss(model: Any, batch: ItemBatch) -> torch.Tensor:
