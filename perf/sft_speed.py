@@ -8,7 +8,8 @@ its fallback. This measures both on the same batches.
 
 How it measures: the model and LoRA of params.yaml's `sft` section (r, alpha, dropout, targets, learning rate, batch
 size; `--batch-size` overrides), batches of the pipeline's list prompts (`make_list_selection_dataset` with the `data`
-section's settings) in the order `train_sft` takes them. Each timed step is a whole SFT step (loss, backward, clipping,
+section's settings) in the order `train_sft` takes them in its first pass over the prompts (later
+passes reshuffle there; here they repeat). Each timed step is a whole SFT step (loss, backward, clipping,
 AdamW) on the same batch for both paths, the two alternating pair by pair (the first of a pair alternates too), after
 `--warmup` untimed pairs. Each path has its own copy of the LoRA weights and optimizer state, so both train as they
 would alone. Prints the median step of each, `shared_vs_plain=X.XX` (plain's median over shared's) and the largest
