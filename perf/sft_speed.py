@@ -4,7 +4,7 @@ Why: the SFT's loss sums the NLL of every item of a list, so one prompt becomes 
 Encoding every row's prompt made an SFT step cost about as much as a GAPO step on the embedded model, and
 `tools/list_transfer.py --sft-steps` pays for its SFT out of GAPO's budget. `gapo.repro.sft.per_row_nll` now encodes
 each distinct prompt once (`gapo.prefix.shared_prompt_logps`); the plain forward (`plain_completion_logps`) stays as
-its fallback. This measures both on the same batches.
+its fallback, which `per_row_nll(..., shared=False)` takes on purpose. This measures both on the same batches.
 
 How it measures: the model and LoRA of params.yaml's `sft` section (r, alpha, dropout, targets, learning rate, batch
 size; `--batch-size` overrides), batches of the pipeline's list prompts (`make_list_selection_dataset` with the `data`
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import json
 import random
 import statistics
@@ -33,14 +34,8 @@ import torch
 
 from gapo.config import config_from_cli
 from gapo.models import load_model_and_tokenizer
-from gapo.repro.sft import SFTConfig, build_item_batch, lora_model, per_row_nll, plain_completion_logps
+from gapo.repro.sft import SFTConfig, build_item_batch, lora_model, per_row_nll
 from gapo.tasks.lists import make_list_selection_dataset
-
-
-def _plain_nll(model: torch.nn.Module, batch) -> torch.Tensor:  # noqa: ANN001
-    c = batch.completion_width
-    logps = plain_completion_logps(model, batch.input_ids, batch.attention_mask, c)
-    return -(logps * batch.completion_mask).sum(-1)
 
 
 def main() -> None:
@@ -74,7 +69,10 @@ def main() -> None:
 
     shared_model = lora_model(model, config)
     plain_model = copy.deepcopy(shared_model)
-    paths = {"shared": (shared_model, per_row_nll), "plain": (plain_model, _plain_nll)}
+    paths = {
+        "shared": (shared_model, per_row_nll),
+        "plain": (plain_model, functools.partial(per_row_nll, shared=False)),
+    }
     optimizers = {
         name: torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=config.learning_rate)
         for name, (m, _) in paths.items()

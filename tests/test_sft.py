@@ -54,7 +54,7 @@ def test_the_shared_prompt_forward_gives_the_plain_forwards_loss_and_gradients(t
     which encodes every row's prompt; with gradient checkpointing on, training takes the plain forward and says why."""
     import logging
 
-    from gapo.repro.sft import SFTConfig, lora_model, plain_completion_logps
+    from gapo.repro.sft import SFTConfig, lora_model
 
     model, tok = tiny_model_and_tokenizer
     peft_model = lora_model(model, SFTConfig(lora_r=4, lora_alpha=8, lora_dropout=0.0))
@@ -75,8 +75,7 @@ def test_the_shared_prompt_forward_gives_the_plain_forwards_loss_and_gradients(t
         return rows.detach(), [p.grad.detach().clone() for p in lora]
 
     shared, shared_grads = nll_and_grads(lambda: per_row_nll(peft_model, batch))
-    plain_logps = lambda: plain_completion_logps(peft_model, batch.input_ids, batch.attention_mask, mask.size(1))  # noqa: E731
-    plain, plain_grads = nll_and_grads(lambda: -(plain_logps() * mask).sum(-1))
+    plain, plain_grads = nll_and_grads(lambda: per_row_nll(peft_model, batch, shared=False))
     torch.testing.assert_close(shared, plain, rtol=1e-4, atol=1e-4)
     for got, want in zip(shared_grads, plain_grads, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-3, atol=1e-5)
@@ -139,6 +138,34 @@ def test_a_few_steps_change_the_lora_weights_and_save_an_adapter(tiny_model_and_
 
     reloaded, _ = load_model_and_tokenizer("tiny-random", adapter=str(result.output_dir))  # a valid adapter
     assert type(reloaded).__name__.startswith("Peft")
+
+
+def test_two_processes_write_the_same_adapter_folder_whatever_their_hash_seed(tmp_path: Path):
+    """What keeps the stages that read models/sft current when train_sft runs again with the same result: every file
+    of the adapter folder the same bytes, though PEFT keeps the target modules in a set, whose order follows the
+    process's string hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    flags = ["--no-params", "--model", "tiny-random", "--steps", "1", "--batch-size", "2", "--num-prompts", "2"]
+    folders = []
+    for hash_seed in ("1", "2"):
+        cwd = tmp_path / hash_seed
+        cwd.mkdir()
+        subprocess.run(
+            [sys.executable, "-m", "gapo.repro.sft", *flags, "--lora-r", "4", "--output-dir", "sft"],
+            cwd=cwd,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+            capture_output=True,
+            check=True,
+        )
+        folders.append(cwd / "sft")
+    first, second = ({p.name: p.read_bytes() for p in folder.iterdir()} for folder in folders)
+    assert sorted(first) == sorted(second) and "adapter_model.safetensors" in first
+    assert first == second
+    targets = json.loads(first[sft.ADAPTER_CONFIG])["target_modules"]
+    assert len(targets) > 1 and targets == sorted(targets)
 
 
 def test_config_validation():

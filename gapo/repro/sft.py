@@ -50,7 +50,7 @@ from gapo.backends import lora_config
 from gapo.config import config_from_cli
 from gapo.io import atomic_dir
 from gapo.models import load_model_and_tokenizer
-from gapo.prefix import Unsupported, shared_prompt_logps
+from gapo.prefix import Unsupported, mask_positions, shared_prompt_logps
 from gapo.repro.chat import render_prompt
 from gapo.tasks.lists import make_list_selection_dataset
 
@@ -164,7 +164,7 @@ def plain_completion_logps(
     the fallback for a model `shared_prompt_logps` turns away. Only the C positions that predict completion tokens (the
     prompt's last column and the completion's first C-1) go through the LM head."""
     c = completion_width
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)  # left padding: real tokens start at position 0
+    position_ids = mask_positions(attention_mask)  # left padding: real tokens start at position 0
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, logits_to_keep=c + 1
     ).logits[:, :-1, :]  # (R, C, V): column P-1+j predicts completion token j
@@ -176,18 +176,25 @@ def plain_completion_logps(
 _FALLBACKS_LOGGED: set[str] = set()
 
 
-def per_row_nll(model: Any, batch: ItemBatch) -> torch.Tensor:
-    """Summed NLL of each row's completion tokens, shape (R,). Gradients flow when called outside no_grad."""
+def per_row_nll(model: Any, batch: ItemBatch, shared: bool = True) -> torch.Tensor:
+    """Summed NLL of each row's completion tokens, shape (R,). Gradients flow when called outside no_grad.
+
+    Each distinct prompt is encoded once (`shared_prompt_logps`) unless the model is turned away or `shared` is False:
+    then every row's prompt is encoded again (`plain_completion_logps`), the reference perf/sft_speed.py and the tests
+    hold the shared path to."""
     device = next(model.parameters()).device
     input_ids = batch.input_ids.to(device)
     mask = batch.attention_mask.to(device)
     c = batch.completion_width
-    try:
-        logps, _ = shared_prompt_logps(model, input_ids, mask, c)
-    except Unsupported as reason:
-        if str(reason) not in _FALLBACKS_LOGGED:
-            _FALLBACKS_LOGGED.add(str(reason))
-            logger.info("SFT: each row's prompt is encoded again (plain forward): %s", reason)
+    logps = None
+    if shared:
+        try:
+            logps, _ = shared_prompt_logps(model, input_ids, mask, c)
+        except Unsupported as reason:
+            if str(reason) not in _FALLBACKS_LOGGED:
+                _FALLBACKS_LOGGED.add(str(reason))
+                logger.info("SFT: each row's prompt is encoded again (plain forward): %s", reason)
+    if logps is None:
         logps = plain_completion_logps(model, input_ids, mask, c)
     return -(logps * mask[:, -c:]).sum(dim=-1)
 
@@ -271,10 +278,27 @@ def train_sft(
     return SFTResult(out, losses)
 
 
+#: The file PEFT's `save_pretrained` writes the adapter's settings to.
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def sort_target_modules(path: Path) -> None:
+    """Rewrite a saved adapter_config.json with `target_modules` sorted, in PEFT's own layout (indent 2, sorted keys).
+
+    Why: PEFT holds the target modules as a set and writes them in that set's order, which follows the process's string
+    hash seed. Unsorted, two runs that train the same weights write different files, so models/sft's DVC hash changes
+    and `dvc repro` re-runs every stage that reads it for nothing."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
+
+
 def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, losses: list[float]) -> Path:
     target = Path(config.output_dir)
     with atomic_dir(target) as tmp:
         model.save_pretrained(str(tmp))
+        sort_target_modules(tmp / ADAPTER_CONFIG)
         tokenizer.save_pretrained(str(tmp))
         (tmp / "sft_config.json").write_text(json.dumps({"config": asdict(config), "losses": losses}, indent=1))
     return target
