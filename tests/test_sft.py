@@ -164,7 +164,7 @@ def test_two_processes_write_the_same_adapter_folder_whatever_their_hash_seed(tm
     first, second = ({p.name: p.read_bytes() for p in folder.iterdir()} for folder in folders)
     assert sorted(first) == sorted(second) and "adapter_model.safetensors" in first
     assert first == second
-    targets = json.loads(first[sft.ADAPTER_CONFIG])["target_modules"]
+    targets = json.loads(first["adapter_config.json"])["target_modules"]
     assert len(targets) > 1 and targets == sorted(targets)
 
 

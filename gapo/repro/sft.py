@@ -44,6 +44,7 @@ from typing import Any
 
 import torch
 from peft import PeftModel, get_peft_model
+from peft.utils import CONFIG_NAME
 
 from gapo import defaults
 from gapo.backends import lora_config
@@ -278,10 +279,6 @@ def train_sft(
     return SFTResult(out, losses)
 
 
-#: The file PEFT's `save_pretrained` writes the adapter's settings to.
-ADAPTER_CONFIG = "adapter_config.json"
-
-
 def sort_target_modules(path: Path) -> None:
     """Rewrite a saved adapter_config.json with `target_modules` sorted, in PEFT's own layout (indent 2, sorted keys).
 
@@ -298,7 +295,7 @@ def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, losses: list[fl
     target = Path(config.output_dir)
     with atomic_dir(target) as tmp:
         model.save_pretrained(str(tmp))
-        sort_target_modules(tmp / ADAPTER_CONFIG)
+        sort_target_modules(tmp / CONFIG_NAME)
         tokenizer.save_pretrained(str(tmp))
         (tmp / "sft_config.json").write_text(json.dumps({"config": asdict(config), "losses": losses}, indent=1))
     return target
