@@ -299,10 +299,14 @@ def test_sft_steps_train_gapo_on_the_merged_sft_model_and_a_resumed_run_keeps_it
 
     out = tmp_path / "lt"
     flags = [*_tiny(steps=2, eval_every=2, score_lists=1, batch=4), "--sft-steps", "3", "--out", str(out)]
+    flags[-2:-2] = ["--sft-set", "lr_scheduler_type=linear"]
     assert list_transfer.main([*flags, "--time-limit", "0.001"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     sft = summary["sft"]
     assert sft["settings"]["steps"] == 3 and sft["settings"]["model"] == "tiny-random" and sft["seconds"] > 0
+    assert sft["settings"]["lr_scheduler_type"] == "linear"  # --sft-set over params.yaml's constant
+    rates = json.loads((out / "run" / "sft_adapter" / "sft_config.json").read_text())["learning_rates"]
+    assert rates[0] == sft["settings"]["learning_rate"] and rates[0] > rates[1] > rates[2] > 0
     assert summary["settings"]["sft_steps"] == 3 and summary["steps_run"] == 1
     merged_dir = out / "run" / "sft_model"
     assert json.loads((out / "run" / "config.json").read_text())["model"] == str(merged_dir)
@@ -318,3 +322,22 @@ def test_sft_steps_train_gapo_on_the_merged_sft_model_and_a_resumed_run_keeps_it
     assert (merged_dir / "model.safetensors").stat().st_mtime_ns == stamp
     with pytest.raises(SystemExit):
         list_transfer.main([*flags[:-1], str(tmp_path / "neg"), "--sft-steps", "-1"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--sft-steps", "4", "--sft-set", "lr_scheduler_type=step"], "--sft-set: lr_scheduler_type must be one of"),
+        (["--sft-steps", "4", "--sft-set", "warmup_steps=2"], "--sft-set: warmup_steps needs a schedule that warms up"),
+        (["--sft-steps", "4", "--sft-set", "lr_scheduler_type"], "--sft-set takes KEY=VALUE"),
+        (["--sft-set", "lr_scheduler_type=cosine"], "--sft-set sets the SFT of --sft-steps N"),
+    ],
+)
+def test_a_bad_sft_setting_is_one_line_before_anything_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    out = tmp_path / "lt"
+    with pytest.raises(SystemExit) as exit_:
+        list_transfer.main([*_tiny(steps=2, eval_every=2, score_lists=1, batch=4), *flags, "--out", str(out)])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()

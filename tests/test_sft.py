@@ -173,6 +173,45 @@ def test_config_validation():
         SFTConfig(steps=0)
     with pytest.raises(ValueError, match="lora_dropout"):
         SFTConfig(lora_dropout=1.0)
+    with pytest.raises(ValueError, match="lr_scheduler_type must be one of constant, constant_with_warmup"):
+        SFTConfig(lr_scheduler_type="inverse_sqrt")
+    with pytest.raises(ValueError, match="warmup_steps must be a whole number"):
+        SFTConfig(lr_scheduler_type="cosine", warmup_steps=2.5)
+    with pytest.raises(ValueError, match="warmup_steps needs a schedule that warms up"):
+        SFTConfig(warmup_steps=3)
+    assert SFTConfig(steps=40, lr_scheduler_type="linear", warmup_steps=0.05).warmup_step_count == 2
+
+
+@pytest.mark.parametrize(
+    ("schedule", "warmup", "expected"),
+    [
+        ("constant", 0, [1.0, 1.0, 1.0, 1.0]),
+        ("cosine", 1, [0.0, 1.0, 0.75, 0.25]),  # warm up over step 0, then half a cosine over the 3 steps left
+        ("linear", 0, [1.0, 0.75, 0.5, 0.25]),
+    ],
+)
+def test_each_step_runs_at_its_schedules_rate_and_the_record_says_so(
+    tiny_model_and_tokenizer, tmp_path: Path, schedule: str, warmup: int, expected: list[float]
+):  # noqa: ANN001
+    from gapo.repro.sft import lora_model
+
+    model, tok = tiny_model_and_tokenizer
+    config = SFTConfig(
+        model="tiny-random",
+        output_dir=str(tmp_path / "sft"),
+        steps=4,
+        batch_size=1,
+        learning_rate=1e-3,
+        lr_scheduler_type=schedule,
+        warmup_steps=warmup,
+        lora_r=4,
+        lora_alpha=8,
+    )
+    dataset = {"prompt": PROMPTS, "items": ITEMS}
+    train_sft(config, lora_model(model, config), tok, dataset)
+    record = json.loads((tmp_path / "sft" / "sft_config.json").read_text())
+    assert record["learning_rates"] == pytest.approx([1e-3 * f for f in expected], abs=1e-12)
+    assert len(record["losses"]) == 4 and record["config"]["lr_scheduler_type"] == schedule
 
 
 def test_lora_covers_every_linear_layer_as_before(tiny_model_and_tokenizer):  # noqa: ANN001

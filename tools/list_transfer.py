@@ -55,10 +55,12 @@ step 0's scores are then the SFT model's. Why: a group reward moves only answers
 centred on the group's mean, the first-order pull of a step on the logit of an answer no rollout says is -p_u x sum(A)
 = 0, and an entropy bonus pulls it in proportion to p_u; the summed NLL pulls every item by 1 - L p_u, whatever its
 probability. The words a list's groups of 32 never hold (tools/item_probs.py: 3e-4 to 2e-3) are where 64 lists stop.
+`--sft-set KEY=VALUE` changes one of those `sft` settings for this run (`lr_scheduler_type=cosine`, ...).
 
     python tools/list_transfer.py --lists 1 --steps 60 --out runs/transfer/k1           # one list, many visits
     python tools/list_transfer.py --lists 8 --steps 120 --as-trained --out runs/visits/k8   # learned as trained?
     python tools/list_transfer.py --lists 64 --steps 225 --sft-steps 128 --out runs/transfer/k64_sft   # SFT, then GAPO
+    python tools/list_transfer.py --lists 64 --steps 1 --sft-steps 448 --sft-set lr_scheduler_type=cosine --out DIR
     python tools/list_transfer.py --lists 8 --steps 120 --shuffle-items --out runs/visits/k8_shuffled  # any order
     python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
@@ -193,12 +195,17 @@ def shuffled(row: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return {**row, "items": items, "prompt": chat_prompt(list_prompt(items, template))}
 
 
-def sft_warm_start(
-    model: str, rows: list[dict[str, Any]], steps: int, seed: int, target: Path
-) -> dict[str, Any] | None:
-    """`model` after `steps` steps of the Appendix G SFT on `rows` (params.yaml's `sft` settings, `seed`), its adapter
-    merged in and saved as a full model directory at `target` (atomically), for GAPO to train a fresh LoRA on. Returns
-    what summary.json records of it, or None where `target` is already there (a resumed run), kept as it is."""
+def sft_settings(model: str, steps: int, seed: int, overrides: dict[str, Any], target: Path) -> dict[str, Any]:
+    """The SFT's settings: params.yaml's `sft` section, `overrides` (`--sft-set`) over it, then the run's own model,
+    steps, seed and adapter folder. `SFTConfig(**settings)` checks them; main does so before anything loads."""
+    settings = {**profiles.stage_params("train_sft", "embedded")["sft"], **overrides}
+    return {**settings, "model": model, "steps": steps, "seed": seed, "output_dir": str(target.parent / "sft_adapter")}
+
+
+def sft_warm_start(settings: dict[str, Any], rows: list[dict[str, Any]], target: Path) -> dict[str, Any] | None:
+    """The model of `settings` after the Appendix G SFT on `rows` (`sft_settings`), its adapter merged in and saved as
+    a full model directory at `target` (atomically), for GAPO to train a fresh LoRA on. Returns what summary.json
+    records of it, or None where `target` is already there (a resumed run), kept as it is."""
     if (target / "config.json").is_file():
         return None
     import datasets
@@ -208,8 +215,8 @@ def sft_warm_start(
     from gapo.repro.sft import SFTConfig, train_sft
 
     started = time.perf_counter()
-    settings = {**profiles.stage_params("train_sft", "embedded")["sft"], "model": model, "steps": steps, "seed": seed}
-    settings["output_dir"] = str(target.parent / "sft_adapter")
+    settings = dict(settings)
+    model = settings["model"]
     config = SFTConfig(**settings)
     data = datasets.Dataset.from_list([{"prompt": r["prompt"], "items": r["items"]} for r in rows])
     result = train_sft(config, *load_model_and_tokenizer(model), data)
@@ -393,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         help="stop after N steps in a row in which no group's rewards differed (zero advantages); 0: never",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a `train` setting (YAML)")
+    parser.add_argument(
+        "--sft-set", action="append", default=[], metavar="KEY=VALUE", help="an `sft` setting (YAML), with --sft-steps"
+    )
     parser.add_argument("--out", required=True)
     parser.add_argument(
         "--resume",
@@ -409,12 +419,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sft-steps must be >= 0 (0: no SFT first), got {args.sft_steps}")
     if args.stop_without_signal < 0:
         parser.error(f"--stop-without-signal must be >= 0 steps (0: never), got {args.stop_without_signal}")
-    overrides = {}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            parser.error(f"--set takes KEY=VALUE, got {item!r}")
-        overrides[key] = yaml.safe_load(value)
+    overrides, sft_overrides = ({}, {})
+    for flag, items, into in (("--set", args.set, overrides), ("--sft-set", args.sft_set, sft_overrides)):
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep:
+                parser.error(f"{flag} takes KEY=VALUE, got {item!r}")
+            into[key] = yaml.safe_load(value)
+    if sft_overrides and not args.sft_steps:
+        parser.error("--sft-set sets the SFT of --sft-steps N: give --sft-steps too")
     categories = args.categories.split(",") if args.categories else None
     out = Path(args.out)
     section = dict(profiles.stage_params("train_gapo", "embedded")["train"])
@@ -425,6 +438,14 @@ def main(argv: list[str] | None = None) -> int:
     keep = None if args.keep_checkpoints else 1
     section.update(save_steps=args.eval_every, save_total_limit=keep, resume=args.resume)
     script, config = configs(section)  # every setting checked before anything loads
+    sft = sft_settings(args.model, args.sft_steps, args.seed, sft_overrides, out / "run" / "sft_model")
+    if args.sft_steps:
+        from gapo.repro.sft import SFTConfig
+
+        try:
+            SFTConfig(**sft)
+        except (TypeError, ValueError) as error:
+            parser.error(f"--sft-set: {error}")
     train_rows = training_lists(args.lists, args.seed, categories)
     heldin_categories = args.heldin_categories.split(",") if args.heldin_categories else None
     lists = scored_lists(train_rows, args.score_lists, args.seed, heldin_categories)
@@ -481,9 +502,9 @@ def main(argv: list[str] | None = None) -> int:
         "legs": [],
     }
     if args.sft_steps:  # its seconds count in this leg's
-        sft = sft_warm_start(args.model, train_rows, args.sft_steps, args.seed, out / "run" / "sft_model")
-        if sft is not None:
-            summary["sft"] = sft  # a resumed run keeps the record its first leg wrote
+        record = sft_warm_start(sft, train_rows, out / "run" / "sft_model")
+        if record is not None:
+            summary["sft"] = record  # a resumed run keeps the record its first leg wrote
         script.model = str(out / "run" / "sft_model")
     legs = [leg for leg in summary["legs"] if leg["to_step"] <= first_step]  # a leg past the checkpoint is redone
     seconds_before = sum(leg["seconds"] for leg in legs)

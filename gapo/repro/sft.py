@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,7 @@ from typing import Any
 import torch
 from peft import PeftModel, get_peft_model
 from peft.utils import CONFIG_NAME
+from transformers import get_scheduler
 
 from gapo import defaults
 from gapo.backends import lora_config
@@ -56,6 +58,10 @@ from gapo.repro.chat import render_prompt
 from gapo.tasks.lists import make_list_selection_dataset
 
 logger = logging.getLogger(__name__)
+
+#: The learning-rate schedules the SFT takes (`transformers.get_scheduler`'s names that need no other argument).
+#: constant is the default: Appendix G names no schedule, and every SFT before the setting ran one.
+SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 #: The target completion for item v (the paper's answer format).
 TARGET_TEMPLATE = "<answer>{item}</answer>"
@@ -70,6 +76,14 @@ class SFTConfig:
     steps: int = field(default=200, metadata={"help": "Optimizer steps."})
     batch_size: int = field(default=8, metadata={"help": "Prompts per step (each expands to one row per item)."})
     learning_rate: float = defaults.LEARNING_RATE.field("AdamW learning rate (the paper's GAPO value, 1e-5)")
+    lr_scheduler_type: str = field(
+        default="constant",
+        metadata={"help": f"Learning-rate schedule over `steps`, transformers' names: one of {', '.join(SCHEDULES)}."},
+    )
+    warmup_steps: float = field(
+        default=0,
+        metadata={"help": "Linear warmup from 0: whole steps, or a fraction of `steps` in [0, 1); not under constant."},
+    )
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     max_grad_norm: float = field(default=1.0, metadata={"help": "Gradient clipping norm; 0 disables it."})
     lora_r: int = defaults.LORA_R.field()
@@ -92,6 +106,28 @@ class SFTConfig:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
         if not 0 <= self.lora_dropout < 1:
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
+        if self.lr_scheduler_type not in SCHEDULES:
+            raise ValueError(f"lr_scheduler_type must be one of {', '.join(SCHEDULES)}, got {self.lr_scheduler_type!r}")
+        warmup = self.warmup_steps
+        if (
+            isinstance(warmup, bool)
+            or not isinstance(warmup, int | float)
+            or warmup < 0
+            or (warmup >= 1 and warmup != int(warmup))
+        ):
+            raise ValueError(
+                f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
+            )
+        if warmup and self.lr_scheduler_type == "constant":
+            raise ValueError(
+                "warmup_steps needs a schedule that warms up (constant_with_warmup, linear, cosine); constant has none"
+            )
+
+    @property
+    def warmup_step_count(self) -> int:
+        """`warmup_steps` in steps: a fraction in (0, 1) is that share of `steps`, rounded up (TRL's reading)."""
+        warmup = self.warmup_steps
+        return math.ceil(warmup * self.steps) if 0 < warmup < 1 else int(warmup)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -254,9 +290,11 @@ def train_sft(
     if not trainable:
         raise ValueError("the model has no trainable (LoRA) parameters")
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+    scheduler = get_scheduler(config.lr_scheduler_type, optimizer, config.warmup_step_count, config.steps)
     rng = random.Random(config.seed)
     order: list[int] = []
     losses: list[float] = []
+    rates: list[float] = []  # each step's learning rate, the schedule as it ran
     peft_model.train()
     for step in range(config.steps):
         if len(order) < config.batch_size:
@@ -270,12 +308,14 @@ def train_sft(
         loss.backward()
         if config.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+        rates.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
+        scheduler.step()
         losses.append(float(loss.detach()))
         if (step + 1) % config.log_every == 0 or step == 0:
             logger.info("sft step %d/%d loss %.4f", step + 1, config.steps, losses[-1])
     peft_model.eval()
-    out = _save_adapter(peft_model, tokenizer, config, losses)
+    out = _save_adapter(peft_model, tokenizer, config, {"losses": losses, "learning_rates": rates})
     return SFTResult(out, losses)
 
 
@@ -291,13 +331,13 @@ def sort_target_modules(path: Path) -> None:
         path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
 
 
-def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, losses: list[float]) -> Path:
+def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, steps: dict[str, list[float]]) -> Path:
     target = Path(config.output_dir)
     with atomic_dir(target) as tmp:
         model.save_pretrained(str(tmp))
         sort_target_modules(tmp / CONFIG_NAME)
         tokenizer.save_pretrained(str(tmp))
-        (tmp / "sft_config.json").write_text(json.dumps({"config": asdict(config), "losses": losses}, indent=1))
+        (tmp / "sft_config.json").write_text(json.dumps({"config": asdict(config), **steps}, indent=1))
     return target
 
 
