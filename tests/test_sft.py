@@ -212,6 +212,7 @@ def test_each_step_runs_at_its_schedules_rate_and_the_record_says_so(
     record = json.loads((tmp_path / "sft" / "sft_config.json").read_text())
     assert record["learning_rates"] == pytest.approx([1e-3 * f for f in expected], abs=1e-12)
     assert len(record["losses"]) == 4 and record["config"]["lr_scheduler_type"] == schedule
+    assert sorted(record["rows"][:2]) == [[0], [1]] and sorted(record["rows"][2:]) == [[0], [1]]  # shuffled passes
 
 
 def test_lora_covers_every_linear_layer_as_before(tiny_model_and_tokenizer):  # noqa: ANN001

@@ -26,6 +26,8 @@ LoRA dropout draws one mask per prompt on the shared path and one per row on the
 
 The step loss is the mean over the batch's prompts of L(prompt). Paper settings are not given for this baseline;
 we reuse GAPO's LoRA (r 64, alpha 32, dropout 0.1, all linear layers) and learning rate (1e-5): `gapo.defaults`.
+The rate stays constant unless `lr_scheduler_type` names a schedule. The adapter folder's sft_config.json holds the
+settings and each step's loss, learning rate and dataset rows.
 
 CPU smoke run::
 
@@ -295,6 +297,7 @@ def train_sft(
     order: list[int] = []
     losses: list[float] = []
     rates: list[float] = []  # each step's learning rate, the schedule as it ran
+    rows: list[list[int]] = []  # each step's dataset rows: a loss can be read against its lists without replaying
     peft_model.train()
     for step in range(config.steps):
         if len(order) < config.batch_size:
@@ -302,6 +305,7 @@ def train_sft(
             rng.shuffle(fresh)
             order.extend(fresh)
         picked, order = order[: config.batch_size], order[config.batch_size :]
+        rows.append(picked)
         batch = build_item_batch(tokenizer, [prompts[i] for i in picked], [items[i] for i in picked])
         loss = summed_item_loss(peft_model, batch)
         optimizer.zero_grad(set_to_none=True)
@@ -315,7 +319,7 @@ def train_sft(
         if (step + 1) % config.log_every == 0 or step == 0:
             logger.info("sft step %d/%d loss %.4f", step + 1, config.steps, losses[-1])
     peft_model.eval()
-    out = _save_adapter(peft_model, tokenizer, config, {"losses": losses, "learning_rates": rates})
+    out = _save_adapter(peft_model, tokenizer, config, {"losses": losses, "learning_rates": rates, "rows": rows})
     return SFTResult(out, losses)
 
 
@@ -331,7 +335,7 @@ def sort_target_modules(path: Path) -> None:
         path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
 
 
-def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, steps: dict[str, list[float]]) -> Path:
+def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, steps: dict[str, list[Any]]) -> Path:
     target = Path(config.output_dir)
     with atomic_dir(target) as tmp:
         model.save_pretrained(str(tmp))
