@@ -327,9 +327,16 @@ def test_sft_steps_train_gapo_on_the_merged_sft_model_and_a_resumed_run_keeps_it
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--sft-steps", "4", "--sft-set", "lr_scheduler_type=step"], "--sft-set: lr_scheduler_type must be one of"),
-        (["--sft-steps", "4", "--sft-set", "warmup_steps=2"], "--sft-set: warmup_steps needs a schedule that warms up"),
+        (
+            ["--sft-steps", "4", "--sft-set", "lr_scheduler_type=step"],
+            "(params.yaml's sft, --sft-set): lr_scheduler_type must be one of",
+        ),
+        (
+            ["--sft-steps", "4", "--sft-set", "warmup_steps=2"],
+            "--sft-set): warmup_steps needs a schedule that warms up",
+        ),
         (["--sft-steps", "4", "--sft-set", "lr_scheduler_type"], "--sft-set takes KEY=VALUE"),
+        (["--sft-steps", "4", "--sft-set", "schedule=cosine"], "unexpected keyword argument 'schedule'"),
         (["--sft-set", "lr_scheduler_type=cosine"], "--sft-set sets the SFT of --sft-steps N"),
     ],
 )

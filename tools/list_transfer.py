@@ -419,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sft-steps must be >= 0 (0: no SFT first), got {args.sft_steps}")
     if args.stop_without_signal < 0:
         parser.error(f"--stop-without-signal must be >= 0 steps (0: never), got {args.stop_without_signal}")
-    overrides, sft_overrides = ({}, {})
+    overrides: dict[str, Any] = {}
+    sft_overrides: dict[str, Any] = {}
     for flag, items, into in (("--set", args.set, overrides), ("--sft-set", args.sft_set, sft_overrides)):
         for item in items:
             key, sep, value = item.partition("=")
@@ -445,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             SFTConfig(**sft)
         except (TypeError, ValueError) as error:
-            parser.error(f"--sft-set: {error}")
+            parser.error(f"the SFT's settings (params.yaml's sft, --sft-set): {error}")
     train_rows = training_lists(args.lists, args.seed, categories)
     heldin_categories = args.heldin_categories.split(",") if args.heldin_categories else None
     lists = scored_lists(train_rows, args.score_lists, args.seed, heldin_categories)
