@@ -62,7 +62,7 @@ from gapo.tasks.lists import make_list_selection_dataset
 logger = logging.getLogger(__name__)
 
 #: The learning-rate schedules the SFT takes (`transformers.get_scheduler`'s names that need no other argument).
-#: constant is the default: Appendix G names no schedule, and every SFT before the setting ran one.
+#: constant is the default: Appendix G names no schedule, and every SFT before this setting ran at a constant rate.
 SCHEDULES = ("constant", "constant_with_warmup", "linear", "cosine")
 
 #: The target completion for item v (the paper's answer format).
@@ -127,7 +127,8 @@ class SFTConfig:
 
     @property
     def warmup_step_count(self) -> int:
-        """`warmup_steps` in steps: a fraction in (0, 1) is that share of `steps`, rounded up (TRL's reading)."""
+        """`warmup_steps` in steps: a fraction in (0, 1) is that share of `steps`, rounded up, as transformers reads
+        `gapo train`'s."""
         warmup = self.warmup_steps
         return math.ceil(warmup * self.steps) if 0 < warmup < 1 else int(warmup)
 
