@@ -10,7 +10,15 @@ import torch
 
 from gapo.repro import sft
 from gapo.repro.chat import render_prompt
-from gapo.repro.sft import SFTConfig, build_item_batch, item_completion_ids, per_row_nll, summed_item_loss, train_sft
+from gapo.repro.sft import (
+    SFTConfig,
+    build_item_batch,
+    item_completion_ids,
+    lora_model,
+    per_row_nll,
+    summed_item_loss,
+    train_sft,
+)
 
 PROMPTS = [
     [
@@ -22,6 +30,11 @@ PROMPTS = [
     [{"role": "user", "content": "Choose: [Red, Blue]"}],
 ]
 ITEMS = [["Mars", "Venus", "Earth"], ["Red", "Blue"]]
+
+
+def _tiny_config(tmp_path: Path, **settings: object) -> SFTConfig:
+    """An SFT on tiny-random with a rank-4 LoRA, saving to tmp_path/sft; `settings` set the rest."""
+    return SFTConfig(model="tiny-random", output_dir=str(tmp_path / "sft"), lora_r=4, lora_alpha=8, **settings)
 
 
 def _direct_nll(model, tokenizer, prompt, item) -> float:  # noqa: ANN001
@@ -108,21 +121,10 @@ def test_a_few_steps_change_the_lora_weights_and_save_an_adapter(tiny_model_and_
     from gapo.tasks.lists import make_list_selection_dataset
 
     model, tok = tiny_model_and_tokenizer
-    config = SFTConfig(
-        model="tiny-random",
-        output_dir=str(tmp_path / "sft"),
-        steps=3,
-        batch_size=2,
-        learning_rate=1e-2,
-        lora_r=4,
-        lora_alpha=8,
-        lora_dropout=0.0,
-        num_prompts=4,
-        max_items=6,
+    config = _tiny_config(
+        tmp_path, steps=3, batch_size=2, learning_rate=1e-2, lora_dropout=0.0, num_prompts=4, max_items=6
     )
     dataset = make_list_selection_dataset(config.num_prompts, config.seed, config.min_items, config.max_items)
-    from gapo.repro.sft import lora_model
-
     peft_model = lora_model(model, config)
     before = {k: v.detach().clone() for k, v in peft_model.named_parameters() if "lora_" in k}
     result = train_sft(config, peft_model, tok, dataset)
@@ -193,19 +195,9 @@ def test_config_validation():
 def test_each_step_runs_at_its_schedules_rate_and_the_record_says_so(
     tiny_model_and_tokenizer, tmp_path: Path, schedule: str, warmup: int, expected: list[float]
 ):  # noqa: ANN001
-    from gapo.repro.sft import lora_model
-
     model, tok = tiny_model_and_tokenizer
-    config = SFTConfig(
-        model="tiny-random",
-        output_dir=str(tmp_path / "sft"),
-        steps=4,
-        batch_size=1,
-        learning_rate=1e-3,
-        lr_scheduler_type=schedule,
-        warmup_steps=warmup,
-        lora_r=4,
-        lora_alpha=8,
+    config = _tiny_config(
+        tmp_path, steps=4, batch_size=1, learning_rate=1e-3, lr_scheduler_type=schedule, warmup_steps=warmup
     )
     dataset = {"prompt": PROMPTS, "items": ITEMS}
     train_sft(config, lora_model(model, config), tok, dataset)
@@ -221,7 +213,6 @@ def test_lora_covers_every_linear_layer_as_before(tiny_model_and_tokenizer):  # 
     from peft import LoraConfig, get_peft_model
 
     from gapo.models import load_model_and_tokenizer
-    from gapo.repro.sft import lora_model
 
     model, _ = tiny_model_and_tokenizer
     ours = lora_model(model, SFTConfig(lora_r=4, lora_alpha=8))
