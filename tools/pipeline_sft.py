@@ -1,0 +1,98 @@
+"""The pipeline's SFT baseline (stage train_sft) at another size or schedule: the paper's baseline given GAPO's budget.
+
+Trains `gapo.repro.sft.train_sft` on the pipeline's own training rows (the generate stage's data/train.jsonl, the rows
+train_gapo trains on) with params.yaml's `sft` section as the embedded profile resolves it, `--set KEY=VALUE` over it
+and `--seed` (the LoRA init and the row order; the rows stay the pipeline's, so the held-in lists stay out of them).
+Writes the adapter to OUT/adapter and OUT/record.json (the settings, seconds, every step's loss and rate). Score it as
+the uniformity stage scores its models, on the paper's 10 unseen lists and the 10 held-in lists at the stage's n:
+
+    gapo eval --model embedded --adapter OUT/adapter --suite lists -n 100 --max-new-tokens 16 --out OUT/eval
+
+Why: the pipeline's SFT runs 40 steps (113 s in metrics/stage_times.json) against train_gapo's 300 (1,706 s), and issue
+34's goal "unseen lists below SFT's" reads GAPO against that baseline. The paper says the SFT "fails to generalize to
+unseen lists" (its Appendix G); this asks whether it does when it gets GAPO's rows and time.
+
+    python tools/pipeline_sft.py --set steps=300 --set lr_scheduler_type=cosine --seed 0 --out runs/pipeline_sft/s0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gapo.io import read_jsonl, write_json_atomic
+from gapo.repro import profiles
+
+
+def settings(overrides: dict[str, Any], seed: int, out: Path) -> tuple[dict[str, Any], str]:
+    """The SFT's settings (params.yaml's `sft`, `overrides` over it, the seed and OUT/adapter) and the rows' path."""
+    params = profiles.stage_params("train_sft", "embedded")
+    return {**params["sft"], **overrides, "seed": seed, "output_dir": str(out / "adapter")}, params["data"]["out"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an `sft` setting (YAML)")
+    parser.add_argument("--seed", type=int, default=0, help="the LoRA init and the row order (default 0, the stage's)")
+    parser.add_argument("--rows", default=None, help="training rows (JSONL: prompt, items); default the pipeline's")
+    parser.add_argument("--out", required=True, help="a new folder: OUT/adapter, OUT/record.json")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--set takes KEY=VALUE, got {item!r}")
+        overrides[key] = yaml.safe_load(value)
+    for key in ("seed", "output_dir"):
+        if key in overrides:
+            parser.error(f"--set {key}=... is this tool's own (--seed, --out)")
+    out = Path(args.out)
+    if out.exists():
+        parser.error(f"--out {out} exists: give a new folder")
+    config, rows_path = settings(overrides, args.seed, out)
+    if args.rows is not None:
+        rows_path = args.rows
+        if not Path(rows_path).is_file():
+            parser.error(f"--rows {rows_path} is not a file")
+    elif not Path(rows_path).is_file():
+        parser.error(f"{rows_path} is missing: run `dvc repro generate` first (or give --rows)")
+    from gapo.repro.sft import SFTConfig
+
+    try:
+        checked = SFTConfig(**config)
+    except (TypeError, ValueError) as error:
+        parser.error(f"the SFT's settings (params.yaml's sft, --set): {error}")
+    import datasets
+
+    from gapo.repro.sft import train_sft
+
+    started = time.perf_counter()
+    data = datasets.Dataset.from_list(read_jsonl(rows_path))
+    result = train_sft(checked, dataset=data)
+    seconds = round(time.perf_counter() - started, 1)
+    steps = json.loads((result.output_dir / "sft_config.json").read_text(encoding="utf-8"))
+    record = {
+        "command": " ".join(["python", "tools/pipeline_sft.py", *(argv if argv is not None else sys.argv[1:])]),
+        "settings": config,
+        "rows": rows_path,
+        "seconds": seconds,
+        "loss_first": result.losses[0],
+        "loss_last": result.losses[-1],
+        "losses": steps["losses"],
+        "learning_rates": steps["learning_rates"],
+    }
+    write_json_atomic(out / "record.json", record)
+    print(f"{checked.steps} SFT steps in {seconds} s -> {result.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
