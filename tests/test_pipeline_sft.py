@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def test_a_run_trains_the_params_sft_with_its_overrides_and_records_the_schedule
     assert rates[0] == record["settings"]["learning_rate"] and rates[0] > rates[1] > rates[2] > 0
     assert len(record["losses"]) == 3 and record["seconds"] > 0
     assert (out / "adapter" / "adapter_config.json").is_file()
+    # trained in a temp folder that became OUT: the adapter's own record names where it lies now
+    assert json.loads((out / "adapter" / "sft_config.json").read_text())["config"]["output_dir"] == str(out / "adapter")
 
 
 @pytest.mark.parametrize(
@@ -60,3 +63,32 @@ def test_an_existing_out_folder_is_refused(tmp_path: Path, capsys: pytest.Captur
     with pytest.raises(SystemExit):
         pipeline_sft.main(["--out", str(tmp_path)])
     assert "exists: give a new folder" in capsys.readouterr().err
+
+
+def test_an_empty_rows_file_is_one_line_before_anything_loads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(SystemExit):
+        pipeline_sft.main(["--rows", str(empty), "--out", str(tmp_path / "sft")])
+    assert "has no rows to train on" in capsys.readouterr().err
+    assert not (tmp_path / "sft").exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_run_killed_part_way_leaves_no_out_folder(tmp_path: Path) -> None:
+    out = tmp_path / "sft"
+    command = [sys.executable, str(REPO / "tools" / "pipeline_sft.py"), "--set", "model=tiny-random"]
+    command += ["--set", "steps=100000", "--set", "log_every=1", "--rows", str(_rows(tmp_path)), "--out", str(out)]
+    process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    trained = False
+    for line in process.stderr:  # killed once it trains: its second step logged
+        if line.startswith("sft step 2/"):
+            trained = True
+            break
+    process.kill()
+    process.wait()
+    assert trained and process.returncode != 0
+    assert not out.exists()  # so the same command starts the run again

@@ -22,12 +22,13 @@ import json
 import logging
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from gapo.io import read_jsonl, write_json_atomic
+from gapo.io import atomic_dir, read_jsonl, write_json_atomic
 from gapo.repro import profiles
 
 
@@ -70,27 +71,34 @@ def main(argv: list[str] | None = None) -> int:
         checked = SFTConfig(**config)
     except (TypeError, ValueError) as error:
         parser.error(f"the SFT's settings (params.yaml's sft, --set): {error}")
+    rows = read_jsonl(rows_path)
+    if not rows:
+        parser.error(f"{rows_path} has no rows to train on")
     import datasets
 
     from gapo.repro.sft import train_sft
 
     started = time.perf_counter()
-    data = datasets.Dataset.from_list(read_jsonl(rows_path))
-    result = train_sft(checked, dataset=data)
-    seconds = round(time.perf_counter() - started, 1)
-    steps = json.loads((result.output_dir / "sft_config.json").read_text(encoding="utf-8"))
-    record = {
-        "command": " ".join(["python", "tools/pipeline_sft.py", *(argv if argv is not None else sys.argv[1:])]),
-        "settings": config,
-        "rows": rows_path,
-        "seconds": seconds,
-        "loss_first": result.losses[0],
-        "loss_last": result.losses[-1],
-        "losses": steps["losses"],
-        "learning_rates": steps["learning_rates"],
-    }
-    write_json_atomic(out / "record.json", record)
-    print(f"{checked.steps} SFT steps in {seconds} s -> {result.output_dir}")
+    data = datasets.Dataset.from_list(rows)
+    with atomic_dir(out) as tmp:  # a run stopped part way leaves no OUT, so the same command starts it again
+        result = train_sft(replace(checked, output_dir=str(tmp / "adapter")), dataset=data)
+        seconds = round(time.perf_counter() - started, 1)
+        steps_file = tmp / "adapter" / "sft_config.json"
+        steps = json.loads(steps_file.read_text(encoding="utf-8"))
+        steps["config"]["output_dir"] = config["output_dir"]  # where it lies once OUT is in place
+        write_json_atomic(steps_file, steps, indent=1)
+        record = {
+            "command": " ".join(["python", "tools/pipeline_sft.py", *(argv if argv is not None else sys.argv[1:])]),
+            "settings": config,
+            "rows": rows_path,
+            "seconds": seconds,
+            "loss_first": result.losses[0],
+            "loss_last": result.losses[-1],
+            "losses": steps["losses"],
+            "learning_rates": steps["learning_rates"],
+        }
+        write_json_atomic(tmp / "record.json", record)
+    print(f"{checked.steps} SFT steps in {seconds} s -> {out / 'adapter'}")
     return 0
 
 
