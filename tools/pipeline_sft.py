@@ -59,24 +59,23 @@ def main(argv: list[str] | None = None) -> int:
     if out.exists():
         parser.error(f"--out {out} exists: give a new folder")
     config, rows_path = settings(overrides, args.seed, out)
-    from gapo.repro.sft import SFTConfig
+    from gapo.repro.sft import SFTConfig, train_sft  # torch and PEFT: after the flags' own checks
 
     try:
         checked = SFTConfig(**config)
     except (TypeError, ValueError) as error:
         parser.error(f"the SFT's settings (params.yaml's sft, --set): {error}")
-    if args.rows is not None:
-        rows_path = args.rows
-        if not Path(rows_path).is_file():
-            parser.error(f"--rows {rows_path} is not a file")
-    elif not Path(rows_path).is_file():
-        parser.error(f"{rows_path} is missing: run `dvc repro generate` first (or give --rows)")
+    rows_path = args.rows or rows_path
+    if not Path(rows_path).is_file():
+        parser.error(
+            f"--rows {rows_path} is not a file"
+            if args.rows
+            else f"{rows_path} is missing: run `dvc repro generate` first (or give --rows)"
+        )
     rows = read_jsonl(rows_path)
     if not rows:
         parser.error(f"{rows_path} has no rows to train on")
     import datasets
-
-    from gapo.repro.sft import train_sft
 
     started = time.perf_counter()
     data = datasets.Dataset.from_list(rows)
