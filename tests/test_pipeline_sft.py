@@ -39,6 +39,28 @@ def test_a_run_trains_the_params_sft_with_its_overrides_and_records_the_schedule
     assert json.loads((out / "adapter" / "sft_config.json").read_text())["config"]["output_dir"] == str(out / "adapter")
 
 
+@pytest.mark.timeout(600)
+def test_merged_writes_the_model_gapo_trains_on_after_the_sft(tmp_path: Path) -> None:
+    import torch
+
+    from gapo.models import load_model_and_tokenizer
+
+    out = tmp_path / "sft"
+    flags = ["--set", "model=tiny-random", "--set", "steps=2", "--set", "learning_rate=0.05", "--merged"]
+    assert pipeline_sft.main([*flags, "--rows", str(_rows(tmp_path)), "--out", str(out)]) == 0
+    assert json.loads((out / "record.json").read_text())["merged_seconds"] >= 0
+    # OUT/model is the base with the adapter in its weights: the same logits as the base under the adapter, and not
+    # the base's own (a real change: a large learning rate, two steps)
+    merged, tokenizer = load_model_and_tokenizer(str(out / "model"))
+    adapted, _ = load_model_and_tokenizer("tiny-random", adapter=str(out / "adapter"))
+    base, _ = load_model_and_tokenizer("tiny-random")
+    ids = tokenizer("Pick one: red, green, blue.", return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = [m(ids).logits for m in (merged, adapted, base)]
+    assert torch.allclose(logits[0], logits[1], atol=1e-4)
+    assert not torch.allclose(logits[0], logits[2], atol=1e-3)
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -8,6 +8,12 @@ the uniformity stage scores its models, on the paper's 10 unseen lists and the 1
 
     gapo eval --model embedded --adapter OUT/adapter --suite lists -n 100 --max-new-tokens 16 --out OUT/eval
 
+With `--merged` it also writes OUT/model, the base model with the adapter merged in (a full model directory), for GAPO
+to train a fresh LoRA on after the SFT, as tools/list_transfer.py's `--sft-steps` does on its own lists:
+
+    gapo train --model OUT/model --dataset data/train.jsonl --max_steps N --seed S --output_dir RUN
+    gapo eval --model OUT/model --adapter RUN/adapter --suite lists -n 100 --max-new-tokens 16 --out RUN/eval
+
 Why: the pipeline's SFT runs 40 steps (113 s in metrics/stage_times.json) against train_gapo's 300 (1,706 s), and issue
 34's goal "unseen lists below SFT's" reads GAPO against that baseline. The paper says the SFT "fails to generalize to
 unseen lists" (its Appendix G); this asks whether it does when it gets GAPO's rows and time.
@@ -43,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an `sft` setting (YAML)")
     parser.add_argument("--seed", type=int, default=0, help="the LoRA init and the row order (default 0, the stage's)")
     parser.add_argument("--rows", default=None, help="training rows (JSONL: prompt, items); default the pipeline's")
-    parser.add_argument("--out", required=True, help="a new folder: OUT/adapter, OUT/record.json")
+    parser.add_argument(
+        "--merged", action="store_true", help="also write OUT/model: the base model with the adapter merged in"
+    )
+    parser.add_argument("--out", required=True, help="a new folder: OUT/adapter, OUT/record.json (and OUT/model)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     overrides: dict[str, Any] = {}
@@ -96,6 +105,13 @@ def main(argv: list[str] | None = None) -> int:
             "losses": steps["losses"],
             "learning_rates": steps["learning_rates"],
         }
+        if args.merged:
+            from gapo.models import load_model_and_tokenizer
+
+            merged, tokenizer = load_model_and_tokenizer(checked.model, adapter=str(tmp / "adapter"))
+            merged.merge_and_unload().save_pretrained(str(tmp / "model"))
+            tokenizer.save_pretrained(str(tmp / "model"))
+            record["merged_seconds"] = round(time.perf_counter() - started - seconds, 1)
         write_json_atomic(tmp / "record.json", record)
     print(f"{checked.steps} SFT steps in {seconds} s -> {out / 'adapter'}")
     return 0
