@@ -113,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
             tokenizer.save_pretrained(str(tmp / "model"))
             record["merged_seconds"] = round(time.perf_counter() - started - seconds, 1)
         write_json_atomic(tmp / "record.json", record)
-    print(f"{checked.steps} SFT steps in {seconds} s -> {out / 'adapter'}")
+    merged_note = f" and {out / 'model'}" if args.merged else ""
+    print(f"{checked.steps} SFT steps in {seconds} s -> {out / 'adapter'}{merged_note}")
     return 0
 
 
