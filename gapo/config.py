@@ -167,6 +167,22 @@ def params_values(params: str, section: str, no_params: bool = False) -> dict[st
     return {}
 
 
+def warmup_problem(warmup: Any) -> str | None:
+    """The one-line message when `warmup` is not a warmup both `gapo train` and `gapo sft` read alike; None when it is.
+
+    Why one rule for both: transformers reads `warmup_steps` as whole steps at 1 or more and as a share of the run
+    below 1, so 2.5 has no meaning (it would be truncated), and GAPOConfig and SFTConfig must refuse the same values
+    with the same words."""
+    if (
+        isinstance(warmup, bool)
+        or not isinstance(warmup, int | float)
+        or warmup < 0
+        or (warmup >= 1 and warmup != int(warmup))
+    ):
+        return f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
+    return None
+
+
 def add_params_flags(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """`--params`, `--section`, `--no-params`: where every entry point reads its params.yaml section."""
     parser.add_argument("--params", default="params.yaml", help="params file whose section sets the defaults")

@@ -181,3 +181,26 @@ def attach_adapter(model: torch.nn.Module, adapter: str) -> torch.nn.Module:
     except (RuntimeError, ValueError, KeyError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelLoadError(f"adapter {adapter!r} does not match the base model: {first[:200]}") from err
+
+
+def save_merged(name: str, adapter: str | Path, out: str | Path) -> None:
+    """Write `name` with the LoRA adapter `adapter` merged into its weights, and its tokenizer, to `out`.
+
+    Why a full model: `gapo train --model OUT` then trains a fresh adapter on top of the adapted one (an SFT first,
+    then GAPO), which a PeftModel cannot take as its base. Merged in float32 on CPU, as `load_model_and_tokenizer`
+    loads it there, so the merged weights are the adapted model's own."""
+    model, tokenizer = load_model_and_tokenizer(name, adapter=str(adapter))
+    model.merge_and_unload().save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+
+
+def sort_target_modules(path: Path) -> None:
+    """Rewrite a saved adapter_config.json with `target_modules` sorted, in PEFT's own layout (indent 2, sorted keys).
+
+    Why: PEFT holds the target modules as a set and writes them in that set's order, which follows the process's string
+    hash seed. Unsorted, two runs that train the same weights write different files, so models/sft's DVC hash changes
+    and `dvc repro` re-runs every stage that reads it for nothing."""
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(config.get("target_modules"), list):
+        config["target_modules"] = sorted(config["target_modules"])
+        path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")

@@ -531,13 +531,16 @@ def decode_rows(
     return outputs
 
 
+#: The fallback notes already logged in this process (`log_once`).
 _warned: set[str] = set()
 
 
-def _warn_once(message: str) -> None:
+def log_once(message: str, level: int = logging.WARNING, log: logging.Logger = logger) -> None:
+    """Log `message` the first time this process says it. Why: a fallback from the shared-prompt paths (in generation,
+    in the log-prob pass, in the SFT's loss) holds for the whole run; said every step, it would bury the log."""
     if message not in _warned:
         _warned.add(message)
-        logger.warning(message)
+        log.log(level, message)
 
 
 def _is_set(value: Any, off: Any) -> bool:
@@ -661,7 +664,7 @@ def trainer_rollouts(
                 device = trainer.accelerator.device
                 encoded = encode_prompts(model, [prompt_ids[i] for i in first], trainer._tokenizer.pad_token_id, device)
                 return decode_rows(model, encoded, inverse, decoding), None
-    _warn_once(f"shared-prompt generation off: {reason}; using TRL's generate")
+    log_once(f"shared-prompt generation off: {reason}; using TRL's generate")
     return None
 
 

@@ -36,6 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults, prefix
 from gapo.backends import BACKENDS, cpu_has_bf16, reload_colocated_weights
+from gapo.config import warmup_problem
 from gapo.metrics import zero_std_groups
 from gapo.rewards import (
     SCALE_REWARDS,
@@ -202,14 +203,8 @@ def config_problem(args: GAPOConfig) -> str | None:
         return f"max_steps must be a positive integer (or -1: train num_train_epochs epochs), got {steps!r}"
     if str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) not in SCHEDULERS:
         return f"lr_scheduler_type must be one of {', '.join(SCHEDULERS)}, got {args.lr_scheduler_type!r}"
-    warmup = args.warmup_steps
-    if (
-        isinstance(warmup, bool)
-        or not isinstance(warmup, int | float)
-        or warmup < 0
-        or (warmup >= 1 and warmup != int(warmup))
-    ):
-        return f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
+    if (problem := warmup_problem(args.warmup_steps)) is not None:
+        return problem
     scale = str(args.scale_rewards).lower()
     if scale not in SCALE_REWARDS:
         return f"scale_rewards must be one of group, batch, none (true: group, false: none), got {args.scale_rewards!r}"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gapo.repro import sft
+from gapo import prefix
 from gapo.repro.chat import render_prompt
 from gapo.repro.sft import (
     SFTConfig,
@@ -96,7 +96,7 @@ def test_the_shared_prompt_forward_gives_the_plain_forwards_loss_and_gradients(t
     torch.testing.assert_close(shared, torch.tensor(direct), rtol=1e-4, atol=1e-3)
 
     peft_model.base_model.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    sft._FALLBACKS_LOGGED.clear()  # said once a process: another test may have said it already
+    prefix._warned.clear()  # said once a process: another test may have said it already
     with caplog.at_level(logging.INFO, logger="gapo.repro.sft"):
         checkpointed, _ = nll_and_grads(lambda: per_row_nll(peft_model, batch))
     torch.testing.assert_close(checkpointed, plain, rtol=1e-4, atol=1e-4)
@@ -182,6 +182,18 @@ def test_config_validation():
     with pytest.raises(ValueError, match="warmup_steps needs a schedule that warms up"):
         SFTConfig(warmup_steps=3)
     assert SFTConfig(steps=40, lr_scheduler_type="linear", warmup_steps=0.05).warmup_step_count == 2
+
+
+@pytest.mark.parametrize("warmup", [-1, 2.5, True, "5"])
+def test_gapo_and_the_sft_refuse_a_warmup_with_the_same_line(warmup, tmp_path):  # noqa: ANN001
+    from gapo.trainer import GAPOConfig
+
+    with pytest.raises(ValueError) as sft_error:
+        SFTConfig(lr_scheduler_type="cosine", warmup_steps=warmup)
+    with pytest.raises(ValueError) as gapo_error:
+        GAPOConfig(output_dir=str(tmp_path), lr_scheduler_type="cosine", warmup_steps=warmup)
+    assert str(sft_error.value) == str(gapo_error.value)
+    assert str(sft_error.value).startswith("warmup_steps must be a whole number of steps >= 0")
 
 
 @pytest.mark.parametrize(

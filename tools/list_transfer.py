@@ -211,7 +211,7 @@ def sft_warm_start(settings: dict[str, Any], rows: list[dict[str, Any]], target:
     import datasets
 
     from gapo.io import atomic_dir
-    from gapo.models import load_model_and_tokenizer
+    from gapo.models import load_model_and_tokenizer, save_merged
     from gapo.repro.sft import SFTConfig, train_sft
 
     started = time.perf_counter()
@@ -220,10 +220,8 @@ def sft_warm_start(settings: dict[str, Any], rows: list[dict[str, Any]], target:
     config = SFTConfig(**settings)
     data = datasets.Dataset.from_list([{"prompt": r["prompt"], "items": r["items"]} for r in rows])
     result = train_sft(config, *load_model_and_tokenizer(model), data)
-    merged, tokenizer = load_model_and_tokenizer(model, adapter=str(result.output_dir))
     with atomic_dir(target) as tmp:
-        merged.merge_and_unload().save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
+        save_merged(model, result.output_dir, tmp)
     settings.pop("output_dir")  # the data words (num_prompts, ...) are SFTConfig's; it trained on `rows`
     seconds = round(time.perf_counter() - started, 1)
     return {"settings": settings, "loss_first": result.losses[0], "loss_last": result.losses[-1], "seconds": seconds}

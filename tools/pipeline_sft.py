@@ -106,11 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             "learning_rates": steps["learning_rates"],
         }
         if args.merged:
-            from gapo.models import load_model_and_tokenizer
+            from gapo.models import save_merged
 
-            merged, tokenizer = load_model_and_tokenizer(checked.model, adapter=str(tmp / "adapter"))
-            merged.merge_and_unload().save_pretrained(str(tmp / "model"))
-            tokenizer.save_pretrained(str(tmp / "model"))
+            save_merged(checked.model, tmp / "adapter", tmp / "model")
             record["merged_seconds"] = round(time.perf_counter() - started - seconds, 1)
         write_json_atomic(tmp / "record.json", record)
     merged_note = f" and {out / 'model'}" if args.merged else ""

@@ -52,10 +52,10 @@ from transformers import get_scheduler
 
 from gapo import defaults
 from gapo.backends import lora_config
-from gapo.config import config_from_cli
+from gapo.config import config_from_cli, warmup_problem
 from gapo.io import atomic_dir
-from gapo.models import load_model_and_tokenizer
-from gapo.prefix import Unsupported, mask_positions, shared_prompt_logps
+from gapo.models import load_model_and_tokenizer, sort_target_modules
+from gapo.prefix import Unsupported, log_once, mask_positions, shared_prompt_logps
 from gapo.repro.chat import render_prompt
 from gapo.tasks.lists import make_list_selection_dataset
 
@@ -110,17 +110,9 @@ class SFTConfig:
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.lr_scheduler_type not in SCHEDULES:
             raise ValueError(f"lr_scheduler_type must be one of {', '.join(SCHEDULES)}, got {self.lr_scheduler_type!r}")
-        warmup = self.warmup_steps
-        if (
-            isinstance(warmup, bool)
-            or not isinstance(warmup, int | float)
-            or warmup < 0
-            or (warmup >= 1 and warmup != int(warmup))
-        ):
-            raise ValueError(
-                f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
-            )
-        if warmup and self.lr_scheduler_type == "constant":
+        if (problem := warmup_problem(self.warmup_steps)) is not None:
+            raise ValueError(problem)
+        if self.warmup_steps and self.lr_scheduler_type == "constant":
             raise ValueError(
                 "warmup_steps needs a schedule that warms up (constant_with_warmup, linear, cosine); constant has none"
             )
@@ -212,10 +204,6 @@ def plain_completion_logps(
     return -torch.nn.functional.cross_entropy(logits.float().transpose(1, 2), targets, reduction="none")
 
 
-#: `Unsupported` reasons already logged, so a run that falls back says why once, not every step.
-_FALLBACKS_LOGGED: set[str] = set()
-
-
 def per_row_nll(model: Any, batch: ItemBatch, shared: bool = True) -> torch.Tensor:
     """Summed NLL of each row's completion tokens, shape (R,). Gradients flow when called outside no_grad.
 
@@ -231,9 +219,7 @@ def per_row_nll(model: Any, batch: ItemBatch, shared: bool = True) -> torch.Tens
         try:
             logps, _ = shared_prompt_logps(model, input_ids, mask, c)
         except Unsupported as reason:
-            if str(reason) not in _FALLBACKS_LOGGED:
-                _FALLBACKS_LOGGED.add(str(reason))
-                logger.info("SFT: each row's prompt is encoded again (plain forward): %s", reason)
+            log_once(f"SFT: each row's prompt is encoded again (plain forward): {reason}", logging.INFO, logger)
     if logps is None:
         logps = plain_completion_logps(model, input_ids, mask, c)
     return -(logps * mask[:, -c:]).sum(dim=-1)
@@ -322,18 +308,6 @@ def train_sft(
     peft_model.eval()
     out = _save_adapter(peft_model, tokenizer, config, {"losses": losses, "learning_rates": rates, "rows": rows})
     return SFTResult(out, losses)
-
-
-def sort_target_modules(path: Path) -> None:
-    """Rewrite a saved adapter_config.json with `target_modules` sorted, in PEFT's own layout (indent 2, sorted keys).
-
-    Why: PEFT holds the target modules as a set and writes them in that set's order, which follows the process's string
-    hash seed. Unsorted, two runs that train the same weights write different files, so models/sft's DVC hash changes
-    and `dvc repro` re-runs every stage that reads it for nothing."""
-    config = json.loads(path.read_text(encoding="utf-8"))
-    if isinstance(config.get("target_modules"), list):
-        config["target_modules"] = sorted(config["target_modules"])
-        path.write_text(json.dumps(config, indent=2, sort_keys=True), encoding="utf-8")
 
 
 def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, steps: dict[str, list[Any]]) -> Path:
