@@ -8,8 +8,11 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
@@ -75,6 +78,47 @@ def test_run_lists_reads_a_list_transfer_summary(tmp_path: Path) -> None:
     assert sets["heldin"] == scored["heldin"] and sets["unseen"] == scored["unseen"]
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(2, 9), st.integers(1, 6))
+def test_position_fit_recovers_item_and_place_from_rotations(seed: int, length: int, lists: int) -> None:
+    """Shares made of an item part and a place part, asked in rotations that link every place: the fit returns the
+    place part exactly (centred), whatever the lists."""
+    rng = np.random.default_rng(seed)
+    place = rng.normal(size=length)
+    place -= place.mean()
+    rotations = sorted({0, 1, *rng.integers(0, length, size=2).tolist()})  # 0 and 1 link every place
+    rows = []
+    for lst in range(lists):
+        worth = rng.normal(scale=2.0, size=length)
+        names = [f"w{i}" for i in range(length)]
+        for r in rotations:
+            asked = item_probs.rotate(names, r)
+            prob = np.exp([worth[int(name[1:])] + place[k] for k, name in enumerate(asked)])
+            prob *= 0.9 / prob.sum()  # a list's mass below 1, as the model's is: shares are what is fitted
+            for k, name in enumerate(asked):
+                rows.append(
+                    dict(model="m", set="s", list=f"l{lst}", rotation=r, position=k + 1, item=name, prob=prob[k])
+                )
+    table = item_probs.positions_table(pd.DataFrame(rows))
+    assert list(table.position) == list(range(1, length + 1))
+    assert np.log(table.factor.to_numpy()) == pytest.approx(place, abs=1e-6)
+
+
+def test_rotations_and_suites() -> None:
+    assert item_probs.rotate(["a", "b", "c", "d"], 0) == ["a", "b", "c", "d"]
+    assert item_probs.rotate(["a", "b", "c", "d"], 3) == ["d", "a", "b", "c"]
+    sets = {"s": {"x": ["a", "b", "c"], "y": ["a", "b", "c", "d"]}}
+    assert item_probs.parse_rotations("0,1,2", sets) == [0, 1, 2]
+    for bad in ("0,3", "1,1", "-1", "0;1", ""):
+        with pytest.raises(ValueError, match="--rotations"):
+            item_probs.parse_rotations(bad, sets)
+    from gapo.repro import prompts
+
+    assert (
+        item_probs.SUITES["heldin"] == prompts.HELDIN_LISTS and item_probs.SUITES["unseen"] == prompts.UNIFORMITY_LISTS
+    )
+
+
 def test_bad_input_is_one_line_before_any_model_loads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lists = tmp_path / "lists.jsonl"
     lists.write_text(json.dumps({"name": "l", "items": ["a", "b"]}) + "\n")
@@ -83,6 +127,7 @@ def test_bad_input_is_one_line_before_any_model_loads(tmp_path: Path, capsys: py
         ("--lists", str(lists), "--adapter", str(tmp_path)): "no LoRA adapter",
         ("--lists", str(lists), "--no-base"): "--no-base needs an adapter",
         ("--lists", str(tmp_path / "missing.jsonl")): "missing.jsonl",
+        ("--suite", "heldin", "--rotations", "0,8"): "--rotations '0,8'",
     }
     for flags, message in cases.items():
         assert item_probs.main([*flags, "--model", "no-such-model", "--out", str(tmp_path / "out")]) == 2
@@ -114,20 +159,33 @@ def test_a_run_scores_the_base_model_and_an_adapter(tmp_path: Path, tiny_model_a
         "4",
         "--floor",
         "1e-40",
+        "--rotations",
+        "0,1",
     ]
     argv += ["--out", str(out)]
     assert item_probs.main(argv) == 0
     items = (out / "items.csv").read_text().splitlines()
-    assert items[0] == "model,set,list,item,prob,p_in_group" and len(items) == 1 + 2 * 2
-    rows = [line.split(",") for line in items[1:]]
-    base = np.array([float(r[4]) for r in rows[:2]])
-    tuned = np.array([float(r[4]) for r in rows[2:]])
+    assert items[0] == "model,set,list,rotation,position,item,prob,p_in_group" and len(items) == 1 + 2 * 2 * 2
+    rows = [line.split(",") for line in items[1:]]  # per model: rotation 0 (Mars, Venus), then 1 (Venus, Mars)
+    assert [(r[3], r[4], r[5]) for r in rows[:4]] == [
+        ("0", "1", "Mars"),
+        ("0", "2", "Venus"),
+        ("1", "1", "Venus"),
+        ("1", "2", "Mars"),
+    ]
+    base = np.array([float(r[6]) for r in rows[:4]])
+    tuned = np.array([float(r[6]) for r in rows[4:]])
     assert (base > 0).all() and (tuned > 0).all() and not np.allclose(base, tuned, rtol=1e-3, atol=0)
+    assert not np.allclose(base[:2], base[[3, 2]], rtol=1e-3, atol=0)  # the order asked moves an item's probability
     # a group of 4 holds an item with probability 1 - (1 - p)^4: 4p for tiny p, where 1 - (1 - p) rounds to 0
-    assert [float(r[5]) for r in rows] == pytest.approx([4 * float(r[4]) for r in rows], rel=1e-4)
+    assert [float(r[7]) for r in rows] == pytest.approx([4 * float(r[6]) for r in rows], rel=1e-4)
+    positions = pd.read_csv(out / "positions.csv")
+    assert len(positions) == 2 * 2 and set(positions.model) == {"base", str(adapter)}
+    assert positions.groupby("model").factor.prod().to_numpy() == pytest.approx(1.0, rel=1e-5)  # geo. mean 1
+    assert positions.groupby("model").share.sum().to_numpy() == pytest.approx(1.0)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["models"] == ["base", str(adapter)] and set(summary["means"]) == {
         "base / lists",
         f"{adapter} / lists",
     }
-    assert summary["environment"]["torch_threads"] == torch.get_num_threads()
+    assert summary["environment"]["torch_threads"] == torch.get_num_threads() and summary["rotations"] == [0, 1]

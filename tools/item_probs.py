@@ -16,19 +16,29 @@ lists, from summary.json), the base model and the run's adapter:
 
     python tools/item_probs.py --run runs/visits/k8_asked120_s0 --out runs/item_probs/k8_asked120_s0
     python tools/item_probs.py --lists my_lists.jsonl --adapter DIR --out DIR   # the lists `gapo eval --lists` reads
+    python tools/item_probs.py --suite heldin unseen --adapter models/gapo/qwen2.5-coder-0.5b --out DIR  # the stage's
+    python tools/item_probs.py --suite heldin --rotations 0,1,4,5 --adapter DIR --out DIR   # each list in 4 orders
     python tools/item_probs.py --model tiny-random --lists lists.jsonl --no-base --adapter DIR --out /tmp/ip  # a check
 
-Writes, in `--out`: items.csv (model, set, list, item, prob: the variants' sum, and p_in_group: the chance that a group
-of `--group` rollouts says the item at least once, 1 - (1 - prob)^G) and lists.csv (model, set, list, mass,
-jsd_exact: base-2 JSD from uniform of the items' probabilities renormalised, the exact counterpart of the samples'
-JSD among valid answers; min_prob and its item; rare: items with prob < 1/`--rare`), and summary.json (the
-command, the models, each set's means and the environment, `gapo.repro.provenance`). Prints the per-list table.
+`--suite` asks the uniformity stage's own lists (`gapo.repro.prompts`: `heldin`, lists of the training categories no
+training row holds, and `unseen`, the paper's lists of new categories). `--rotations` asks every list once in each
+rotation of its items (0: as drawn; 1: the first item moved to the end; ...): the model's preference for a place in
+the list, apart from the item that fills it, then shows in positions.csv.
+
+Writes, in `--out`: items.csv (model, set, list, rotation, position: the item's place as asked, 1 = first, item,
+prob: the variants' sum, and p_in_group: the chance that a group of `--group` rollouts says the item at least once,
+1 - (1 - prob)^G) and lists.csv (model, set, list, rotation, mass, jsd_exact: base-2 JSD from uniform of the items'
+probabilities renormalised, the exact counterpart of the samples' JSD among valid answers; min_prob and its item;
+rare: items with prob < 1/`--rare`), and summary.json (the command, the models, each set's means and the environment,
+`gapo.repro.provenance`). With two rotations or more, positions.csv: per model, set and position, `factor` (how much
+the place multiplies an item's share, `position_fit`) and `share` (the mean share there). Prints the per-list table.
 """
 
 from __future__ import annotations
 
 import argparse
 import bisect
+import itertools
 import json
 import math
 import sys
@@ -51,6 +61,9 @@ from gapo.rewards import CLOSE_TAG, OPEN_TAG
 
 #: The sets of a list_transfer run scored here, in order: all training lists, then its scored held-in and unseen.
 RUN_SETS = ("train", "heldin", "unseen")
+
+#: `--suite`'s lists: the uniformity stage's held-in and unseen lists, as `gapo eval --suite lists` asks them.
+SUITES: dict[str, dict[str, tuple[str, ...]]] = {"heldin": ep.HELDIN_LISTS, "unseen": ep.UNIFORMITY_LISTS}
 
 
 def variants(item: str) -> list[str]:
@@ -200,6 +213,68 @@ def list_row(probs: dict[str, float], rare: float) -> dict[str, Any]:
     }
 
 
+def rotate(items: list[str], rotation: int) -> list[str]:
+    """`items` asked from its `rotation`-th item on, the ones before it moved to the end.
+
+    >>> rotate(["a", "b", "c"], 1)
+    ['b', 'c', 'a']"""
+    return items[rotation:] + items[:rotation]
+
+
+def position_fit(
+    log_share: np.ndarray, item: np.ndarray, position: np.ndarray, iterations: int = 200
+) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares of ``log_share = a[item] + b[position]``, by alternating means; b centred on 0.
+
+    Why: the base model's probability for a word moves up to a hundredfold with its place in the list (the rotations in
+    docs/uniformity_diagnosis.md). With each list asked in several rotations, every item sits in several places and
+    every place holds several items, so the two parts come apart. `item` and `position` are integer codes (an item
+    is a list's item: the same word on two lists is two items). Returns (a, b): a per item code, b per position code.
+    Positions that never meet a common item cannot be compared: the caller asks rotations that link them."""
+    a = np.zeros(int(item.max()) + 1)
+    b = np.zeros(int(position.max()) + 1)
+    item_count = np.bincount(item, minlength=len(a))
+    position_count = np.bincount(position, minlength=len(b))
+    for _ in range(iterations):
+        a = np.bincount(item, log_share - b[position], minlength=len(a)) / np.maximum(item_count, 1)
+        b = np.bincount(position, log_share - a[item], minlength=len(b)) / np.maximum(position_count, 1)
+        b -= b[position_count > 0].mean()
+    return a, b
+
+
+def positions_table(items: pd.DataFrame) -> pd.DataFrame:
+    """Per model, set and position: `factor`, exp(b) of `position_fit` on the log of each item's share of its list
+    as asked (geometric mean 1 over the places; 2 = twice the share the same item gets in an average place), and
+    `share`, the mean share there (1/L for a model with no preference). Sets whose lists differ in length are left
+    out (a place means a different thing in each)."""
+    frame = items.assign(share=items.prob / items.groupby(["model", "set", "list", "rotation"]).prob.transform("sum"))
+    rows = []
+    for (model, set_name), group in frame.groupby(["model", "set"], sort=False):
+        if group.groupby(["list", "rotation"]).size().nunique() != 1:
+            continue
+        item_code = group.groupby(["list", "item"], sort=False).ngroup().to_numpy()
+        log_share = np.log(np.maximum(group.share.to_numpy(), 1e-12))
+        _, b = position_fit(log_share, item_code, group.position.to_numpy() - 1)
+        shares = group.groupby("position").share.mean()
+        for position, effect in enumerate(b, start=1):
+            rows.append(
+                dict(model=model, set=set_name, position=position, factor=math.exp(effect), share=shares[position])
+            )
+    return pd.DataFrame(rows)
+
+
+def parse_rotations(text: str, lists: dict[str, dict[str, list[str]]]) -> list[int]:
+    """`--rotations`' comma-separated rotations, each from 0 to the shortest list's length - 1, none repeated."""
+    try:
+        rotations = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--rotations {text!r}: comma-separated integers, such as 0,1,4,5") from None
+    shortest = min(len(items) for named in lists.values() for items in named.values())
+    if len(set(rotations)) != len(rotations) or not all(0 <= r < shortest for r in rotations):
+        raise ValueError(f"--rotations {text!r}: distinct rotations from 0 to {shortest - 1} (the shortest list's)")
+    return rotations
+
+
 def run_lists(run: Path) -> dict[str, dict[str, list[str]]]:
     """A list_transfer run's lists by set: every training list (train0..), its scored held-in and unseen lists."""
     path = run / "summary.json"
@@ -216,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run", help="a tools/list_transfer.py output folder: its lists, and its adapter by default")
     source.add_argument("--lists", help="a JSONL file of lists, as `gapo eval --lists` reads it (set: lists)")
+    source.add_argument("--suite", nargs="+", choices=sorted(SUITES), help="the uniformity stage's lists (sets: these)")
+    parser.add_argument("--rotations", default="0", help="ask each list in these rotations of its items (default 0)")
     parser.add_argument("--adapter", help="a LoRA adapter (default with --run: RUN/run/adapter)")
     parser.add_argument("--no-base", action="store_true", help="score the adapter only, not the base model too")
     parser.add_argument("--model", default="embedded")
@@ -232,7 +309,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.group < 1 or args.rare <= 1 or not 0 < args.floor < 1 / args.rare:
         parser.error("--group must be >= 1, --rare > 1 and 0 < --floor < 1/RARE")
     try:  # every input checked before the model loads
-        sets = run_lists(Path(args.run)) if args.run else {"lists": read_lists(args.lists)}
+        if args.run:
+            sets = run_lists(Path(args.run))
+        elif args.lists:
+            sets = {"lists": read_lists(args.lists)}
+        else:
+            sets = {name: {k: list(v) for k, v in SUITES[name].items()} for name in dict.fromkeys(args.suite)}
+        rotations = parse_rotations(args.rotations, sets)
         adapter = args.adapter or (str(Path(args.run) / "run" / "adapter") if args.run else None)
         if adapter is not None:
             check_adapter(adapter)
@@ -250,19 +333,21 @@ def main(argv: list[str] | None = None) -> int:
             model = attach_adapter(model, adapter)
             model.eval()
         for set_name, named in sets.items():
-            for list_name, list_items in named.items():
-                probs = item_probs(model, tokenizer, vocab, list_items, args.floor)
-                for item, prob in probs.items():
+            for (list_name, list_items), rotation in itertools.product(named.items(), rotations):
+                key = dict(model=name, set=set_name, list=list_name, rotation=rotation)
+                probs = item_probs(model, tokenizer, vocab, rotate(list_items, rotation), args.floor)
+                for position, (item, prob) in enumerate(probs.items(), start=1):
                     in_group = -math.expm1(args.group * math.log1p(-prob))  # exact for tiny p too
-                    items.append(
-                        dict(model=name, set=set_name, list=list_name, item=item, prob=prob, p_in_group=in_group)
-                    )
-                lists.append(dict(model=name, set=set_name, list=list_name, **list_row(probs, 1 / args.rare)))
+                    items.append(dict(**key, position=position, item=item, prob=prob, p_in_group=in_group))
+                lists.append(dict(**key, **list_row(probs, 1 / args.rare)))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     items_frame, lists_frame = pd.DataFrame(items), pd.DataFrame(lists)
     write_text_atomic(out / "items.csv", items_frame.to_csv(index=False, float_format="%.6g"))
     write_text_atomic(out / "lists.csv", lists_frame.to_csv(index=False, float_format="%.6g"))
+    positions = positions_table(items_frame) if len(rotations) > 1 else pd.DataFrame()
+    if not positions.empty:
+        write_text_atomic(out / "positions.csv", positions.to_csv(index=False, float_format="%.6g"))
     numeric = ["mass", "jsd_exact", "min_prob", "rare"]
     means = lists_frame.groupby(["model", "set"], sort=False)[numeric].mean()
     summary = {
@@ -272,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "group": args.group,
         "rare_below": 1 / args.rare,
         "floor": args.floor,
+        "rotations": rotations,
         "means": {f"{m} / {s}": row.to_dict() for (m, s), row in means.iterrows()},
         "environment": environment(),
     }
@@ -279,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     with pd.option_context("display.width", 160, "display.max_rows", 500):
         print(lists_frame.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         print(means.to_string(float_format=lambda v: f"{v:.4g}"))
+        if not positions.empty:
+            print(positions.pivot_table(index="position", columns=["model", "set"], values="factor").round(3))
     return 0
 
 
