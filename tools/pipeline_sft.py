@@ -14,9 +14,11 @@ to train a fresh LoRA on after the SFT, as tools/list_transfer.py's `--sft-steps
     gapo train --model OUT/model --dataset data/train.jsonl --max_steps N --seed S --output_dir RUN
     gapo eval --model OUT/model --adapter RUN/adapter --suite lists -n 100 --max-new-tokens 16 --out RUN/eval
 
-Why: the pipeline's SFT runs 40 steps (113 s in metrics/stage_times.json) against train_gapo's 300 (1,706 s), and issue
-34's goal "unseen lists below SFT's" reads GAPO against that baseline. The paper says the SFT "fails to generalize to
-unseen lists" (its Appendix G); this asks whether it does when it gets GAPO's rows and time.
+Why: the pipeline's SFT ran 40 steps (113 s) against train_gapo's 300 (1,706 s), and issue 34's goal "unseen lists
+below SFT's" read GAPO against that baseline. The paper says the SFT "fails to generalize to unseen lists" (its
+Appendix G); this asked whether it does when it gets GAPO's rows and time. It did not fail
+(docs/uniformity_diagnosis.md, "The paper's SFT baseline given GAPO's rows"), and since 2026-12-07 params.yaml's `sft`
+is the first command below.
 
     python tools/pipeline_sft.py --set steps=300 --set lr_scheduler_type=cosine --seed 0 --out runs/pipeline_sft/s0
 """
