@@ -112,6 +112,9 @@ def test_rotations_and_suites() -> None:
     for bad in ("0,3", "1,1", "-1", "0;1", ""):
         with pytest.raises(ValueError, match="--rotations"):
             item_probs.parse_rotations(bad, sets)
+    with pytest.raises(ValueError, match="on a list of 4 items each item meets one place in 2"):
+        item_probs.parse_rotations("0,2", sets)  # on the 4-item list, odd and even places would never share an item
+    assert item_probs.parse_rotations("1,2", sets) == [1, 2]
     from gapo.repro import prompts
 
     assert (

@@ -264,14 +264,22 @@ def positions_table(items: pd.DataFrame) -> pd.DataFrame:
 
 
 def parse_rotations(text: str, lists: dict[str, dict[str, list[str]]]) -> list[int]:
-    """`--rotations`' comma-separated rotations, each from 0 to the shortest list's length - 1, none repeated."""
+    """`--rotations`' comma-separated rotations, each from 0 to the shortest list's length - 1, none repeated, and
+    (two or more) linking every place of every list, so that `position_fit` can compare them all."""
     try:
         rotations = [int(part) for part in text.split(",")]
     except ValueError:
         raise ValueError(f"--rotations {text!r}: comma-separated integers, such as 0,1,4,5") from None
-    shortest = min(len(items) for named in lists.values() for items in named.values())
-    if len(set(rotations)) != len(rotations) or not all(0 <= r < shortest for r in rotations):
-        raise ValueError(f"--rotations {text!r}: distinct rotations from 0 to {shortest - 1} (the shortest list's)")
+    lengths = {len(items) for named in lists.values() for items in named.values()}
+    if len(set(rotations)) != len(rotations) or not all(0 <= r < min(lengths) for r in rotations):
+        raise ValueError(f"--rotations {text!r}: distinct rotations from 0 to {min(lengths) - 1} (the shortest list's)")
+    for length in sorted(lengths) if len(rotations) > 1 else ():
+        step = math.gcd(length, *(r - rotations[0] for r in rotations))
+        if step != 1:  # an item would meet only every step-th place: places a step apart share no item to compare by
+            raise ValueError(
+                f"--rotations {text!r}: on a list of {length} items each item meets one place in {step}; add rotations "
+                "that differ by a number with no factor in common with the length (such as 0,1)"
+            )
     return rotations
 
 
