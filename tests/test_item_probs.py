@@ -104,6 +104,31 @@ def test_position_fit_recovers_item_and_place_from_rotations(seed: int, length: 
     assert np.log(table.factor.to_numpy()) == pytest.approx(place, abs=1e-6)
 
 
+def test_place_jsd_tells_a_preference_for_places_from_one_for_items() -> None:
+    """Items alike and places not: all the JSD is the places', none is left once they are removed; the reverse for a
+    model with no preference among places. Each list in all 4 rotations, so `positions_table` finds the places."""
+    place = np.array([3.0, 1.0, 1.0, 0.5])
+    worth = np.array([0.4, 0.1, 0.3, 0.2])
+    for kind, factor, items_worth in (("places", place, np.ones(4)), ("items", np.ones(4), worth)):
+        rows = []
+        for r in range(4):
+            asked = item_probs.rotate(list(range(4)), r)
+            prob = np.array([items_worth[i] * factor[k] for k, i in enumerate(asked)])
+            prob /= 2 * prob.sum()
+            rows += [
+                dict(model=kind, set="s", list="l", rotation=r, position=k + 1, item=f"i{i}", prob=prob[k])
+                for k, i in enumerate(asked)
+            ]
+        frame = pd.DataFrame(rows)
+        row = item_probs.place_jsd(frame, item_probs.positions_table(frame)).iloc[0]
+        if kind == "places":
+            assert row.jsd_as_asked > 0.05 and row.jsd_place_removed == pytest.approx(0.0, abs=1e-9)
+            assert row.jsd_place_only == pytest.approx(row.jsd_as_asked, rel=1e-6)
+        else:
+            assert row.jsd_place_only == pytest.approx(0.0, abs=1e-9)
+            assert row.jsd_place_removed == pytest.approx(row.jsd_as_asked, rel=1e-6) and row.jsd_as_asked > 0.02
+
+
 def test_rotations_and_suites() -> None:
     assert item_probs.rotate(["a", "b", "c", "d"], 0) == ["a", "b", "c", "d"]
     assert item_probs.rotate(["a", "b", "c", "d"], 3) == ["d", "a", "b", "c"]
@@ -186,6 +211,8 @@ def test_a_run_scores_the_base_model_and_an_adapter(tmp_path: Path, tiny_model_a
     assert len(positions) == 2 * 2 and set(positions.model) == {"base", str(adapter)}
     assert positions.groupby("model").factor.prod().to_numpy() == pytest.approx(1.0, rel=1e-5)  # geo. mean 1
     assert positions.groupby("model").share.sum().to_numpy() == pytest.approx(1.0)
+    places = pd.read_csv(out / "places.csv")
+    assert list(places.model) == ["base", str(adapter)] and (places.jsd_place_removed >= 0).all()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["models"] == ["base", str(adapter)] and set(summary["means"]) == {
         "base / lists",

@@ -31,7 +31,9 @@ prob: the variants' sum, and p_in_group: the chance that a group of `--group` ro
 probabilities renormalised, the exact counterpart of the samples' JSD among valid answers; min_prob and its item;
 rare: items with prob < 1/`--rare`), and summary.json (the command, the models, each set's means and the environment,
 `gapo.repro.provenance`). With two rotations or more, positions.csv: per model, set and position, `factor` (how much
-the place multiplies an item's share, `position_fit`) and `share` (the mean share there). Prints the per-list table.
+the place multiplies an item's share, `position_fit`) and `share` (the mean share there), and places.csv: per model and
+set, the lists' JSD as asked, with the places' part removed, and of the places alone (`place_jsd`). Prints the per-list
+table.
 """
 
 from __future__ import annotations
@@ -263,6 +265,38 @@ def positions_table(items: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def place_jsd(items: pd.DataFrame, positions: pd.DataFrame) -> pd.DataFrame:
+    """Per model and set in `positions`: how much of the lists' unevenness the places make. `jsd_as_asked`, the mean
+    over lists and rotations of the base-2 JSD from uniform of the items' shares (the mean `jsd_exact`);
+    `jsd_place_removed`, the same after each share is divided by its place's `factor` and the list renormalised (the
+    items' own preferences, as if every place were alike); `jsd_place_only`, the JSD of the factors themselves (a
+    model with no preference among the items, only among the places).
+
+    Why: a policy can flatten what it samples by learning where in a list to answer, or which items to answer; only
+    the second makes every order of a list uniform. The issue-34 held-in lists ask which of the two GAPO transfers."""
+    frame = items.assign(share=items.prob / items.groupby(["model", "set", "list", "rotation"]).prob.transform("sum"))
+    rows = []
+    for (model, set_name), place in positions.groupby(["model", "set"], sort=False):
+        factor = place.set_index("position").factor
+        uniform = np.full(len(factor), 1.0 / len(factor))
+        as_asked, removed = [], []
+        for _, asked in frame[(frame.model == model) & (frame.set == set_name)].groupby(["list", "rotation"]):
+            share = asked.sort_values("position").share.to_numpy()
+            flat = share / factor.loc[sorted(asked.position)].to_numpy()
+            as_asked.append(jensen_shannon(share, uniform))
+            removed.append(jensen_shannon(flat / flat.sum(), uniform))
+        rows.append(
+            dict(
+                model=model,
+                set=set_name,
+                jsd_as_asked=float(np.mean(as_asked)),
+                jsd_place_removed=float(np.mean(removed)),
+                jsd_place_only=jensen_shannon(factor.to_numpy() / factor.sum(), uniform),
+            )
+        )
+    return pd.DataFrame(rows)
+
+
 def parse_rotations(text: str, lists: dict[str, dict[str, list[str]]]) -> list[int]:
     """`--rotations`' comma-separated rotations, each from 0 to the shortest list's length - 1, none repeated, and
     (two or more) linking every place of every list, so that `position_fit` can compare them all."""
@@ -356,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     positions = positions_table(items_frame) if len(rotations) > 1 else pd.DataFrame()
     if not positions.empty:
         write_text_atomic(out / "positions.csv", positions.to_csv(index=False, float_format="%.6g"))
+        places = place_jsd(items_frame, positions)
+        write_text_atomic(out / "places.csv", places.to_csv(index=False, float_format="%.6g"))
     numeric = ["mass", "jsd_exact", "min_prob", "rare"]
     means = lists_frame.groupby(["model", "set"], sort=False)[numeric].mean()
     summary = {
@@ -375,6 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         print(means.to_string(float_format=lambda v: f"{v:.4g}"))
         if not positions.empty:
             print(positions.pivot_table(index="position", columns=["model", "set"], values="factor").round(3))
+            print(places.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     return 0
 
 
