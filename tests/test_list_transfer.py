@@ -332,7 +332,7 @@ def test_sft_steps_train_gapo_on_the_merged_sft_model_and_a_resumed_run_keeps_it
             "(params.yaml's sft, --sft-set): lr_scheduler_type must be one of",
         ),
         (
-            ["--sft-steps", "4", "--sft-set", "warmup_steps=2"],
+            ["--sft-steps", "4", "--sft-set", "lr_scheduler_type=constant", "--sft-set", "warmup_steps=2"],
             "--sft-set): warmup_steps needs a schedule that warms up",
         ),
         (["--sft-steps", "4", "--sft-set", "lr_scheduler_type"], "--sft-set takes KEY=VALUE"),
