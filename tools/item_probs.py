@@ -244,12 +244,17 @@ def position_fit(
     return a, b
 
 
+def with_shares(items: pd.DataFrame) -> pd.DataFrame:
+    """items.csv's rows with `share`: each item's probability over its list's `mass`, as that list was asked."""
+    return items.assign(share=items.prob / items.groupby(["model", "set", "list", "rotation"]).prob.transform("sum"))
+
+
 def positions_table(items: pd.DataFrame) -> pd.DataFrame:
     """Per model, set and position: `factor`, exp(b) of `position_fit` on the log of each item's share of its list
     as asked (geometric mean 1 over the places; 2 = twice the share the same item gets in an average place), and
     `share`, the mean share there (1/L for a model with no preference). Sets whose lists differ in length are left
     out (a place means a different thing in each)."""
-    frame = items.assign(share=items.prob / items.groupby(["model", "set", "list", "rotation"]).prob.transform("sum"))
+    frame = with_shares(items)
     rows = []
     for (model, set_name), group in frame.groupby(["model", "set"], sort=False):
         if group.groupby(["list", "rotation"]).size().nunique() != 1:
@@ -274,7 +279,7 @@ def place_jsd(items: pd.DataFrame, positions: pd.DataFrame) -> pd.DataFrame:
 
     Why: a policy can flatten what it samples by learning where in a list to answer, or which items to answer; only
     the second makes every order of a list uniform. The issue-34 held-in lists ask which of the two GAPO transfers."""
-    frame = items.assign(share=items.prob / items.groupby(["model", "set", "list", "rotation"]).prob.transform("sum"))
+    frame = with_shares(items)
     rows = []
     for (model, set_name), place in positions.groupby(["model", "set"], sort=False):
         factor = place.set_index("position").factor

@@ -4,8 +4,9 @@
 # item in four places, every place holding four items of a list: the places linked, so `position_fit` separates a
 # place's factor from an item's), for the base model and the committed GAPO adapter, then the committed SFT's adapter
 # (the base model is the first run's). Rotation 0 is the order the stage asks; its rows equal
-# results/diagnosis/item_probs_pipeline/*_gapo/items.csv. About 45 and 21 minutes on 2 cores. Then places.csv of each
-# (`place_jsd`: the tool writes it itself from the commit that added it; this step recomputes it from the two CSVs).
+# results/diagnosis/item_probs_pipeline/*_gapo/items.csv. About 45 and 21 minutes on 2 cores. The tool writes
+# places.csv (`place_jsd`) itself since 1046131; the committed runs predate it, so their places.csv are `place_jsd`
+# on their items.csv and positions.csv (what the tool computes in memory, to the CSVs' 6 digits).
 #   bash results/diagnosis/item_probs_positions/run.sh
 set -eu
 cd "$(dirname "$0")/../../.."
@@ -16,20 +17,6 @@ D=results/diagnosis/item_probs_positions; O=runs/item_probs_positions
 .venv/bin/python tools/item_probs.py --suite heldin unseen --rotations 0,1,4,5 --adapter models/sft --no-base \
     --out "$O/sft"
 for t in gapo sft; do
-  .venv/bin/python - "$O/$t" <<'PY'
-import sys
-from pathlib import Path
-
-import pandas as pd
-
-sys.path.insert(0, "tools")
-import item_probs
-
-out = Path(sys.argv[1])
-places = item_probs.place_jsd(pd.read_csv(out / "items.csv"), pd.read_csv(out / "positions.csv"))
-(out / "places.csv").write_text(places.to_csv(index=False, float_format="%.6g"))
-print(places.to_string(index=False))
-PY
   mkdir -p "$D/$t"
   for f in items.csv lists.csv positions.csv places.csv summary.json; do cp "$O/$t/$f" "$D/$t/"; done
 done
