@@ -176,3 +176,65 @@ def test_a_mean_with_no_valid_answer_reads_as_a_dash(tmp_path: Path, capsys: pyt
     lines = capsys.readouterr().out.splitlines()
     head = [cell.strip() for cell in lines[0].split("|")]
     assert lines[2].split("|")[head.index("heldin/jsd_valid")].strip() == "- -> 0.250"
+
+
+def _lists(path: Path, jsd: dict[str, list[float]]) -> str:
+    """A one-model `gapo eval` folder whose per-list JSDs are `jsd[set]`, the lists named c0, c1, ... in each set."""
+    path.mkdir()
+    doc: dict = {"models": {"m": {}}, "tables": {"lists": [], "heldin": []}}
+    for name, table in transfer_table.EVAL_SETS.items():
+        values = jsd[name]
+        mean = sum(values) / len(values)
+        means = {"mean_jsd": mean, "mean_jsd_ci_low": mean, "mean_jsd_ci_high": mean, "mean_jsd_valid": mean}
+        means["mean_invalid"] = 0.0
+        doc["tables"][table] = [
+            {"model": "m", "category": f"c{i}", "jsd": value, "top_share": 0.2, "num_items": 8}
+            for i, value in enumerate(values)
+        ]
+        if name == "unseen":
+            doc["models"]["m"].update(means)
+        else:
+            doc["models"]["m"][table] = means
+    (path / "eval.json").write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_paired_differences_are_list_by_list_and_seed_by_seed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--paired BASE`: each run less BASE's run in the same place, list by list (the mean difference and the lists
+    lower), a recipe's runs as mean ± half the range; against a base of one run every run pairs with it."""
+    base0 = _lists(tmp_path / "b0", {"unseen": [0.2, 0.4, 0.1], "heldin": [0.3, 0.3]})
+    base1 = _lists(tmp_path / "b1", {"unseen": [0.2, 0.2, 0.2], "heldin": [0.1, 0.5]})
+    run0 = _lists(tmp_path / "r0", {"unseen": [0.1, 0.5, 0.0], "heldin": [0.3, 0.2]})
+    run1 = _lists(tmp_path / "r1", {"unseen": [0.2, 0.2, 0.2], "heldin": [0.2, 0.2]})
+    argv = ["--eval", "--paired", "b", f"b={base0}", f"b={base1}", f"r={run0}", f"r={run1}"]
+    assert transfer_table.main(argv) == 0
+    second = capsys.readouterr().out.split("\n\n")[1].splitlines()[2:]
+    cells = [[cell.strip() for cell in line.split("|")[1:-1]] for line in second]
+    # run0 - base0: unseen (-0.1, +0.1, -0.1) -> -0.033, 2 lower; heldin (0, -0.1) -> -0.05, 1 lower (0 is not lower)
+    assert cells[0] == ["r", run0, base0, "-0.033", "2 of 3", "-0.050", "1 of 2"]
+    # run1 - base1: unseen 0 on every list; heldin (+0.1, -0.3) -> -0.1
+    assert cells[1] == ["r", run1, base1, "+0.000", "0 of 3", "-0.100", "1 of 2"]
+    assert cells[2] == ["r, mean of 2", "-", "b", "**-0.017** ±0.017", "-", "**-0.075** ±0.025", "-"]
+    assert transfer_table.main(["--eval", "--paired", "b", f"b={base0}", f"r={run0}", f"r={run1}"]) == 0
+    against = [line.split("|")[3].strip() for line in capsys.readouterr().out.split("\n\n")[1].splitlines()[2:4]]
+    assert against == [base0, base0]
+
+
+def test_paired_refuses_what_it_cannot_pair(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No such recipe, --paired without --eval, other lists, more runs than the base's two: one line, exit 2."""
+    a = _lists(tmp_path / "a", {"unseen": [0.2, 0.4], "heldin": [0.3]})
+    b = _lists(tmp_path / "b", {"unseen": [0.2, 0.4, 0.1], "heldin": [0.3]})
+    c = _lists(tmp_path / "c", {"unseen": [0.2, 0.4], "heldin": [0.3]})
+    for argv, match in (
+        (["--eval", "--paired", "z", f"x={a}"], "--paired z: no such recipe (the recipes: x)"),
+        (["--paired", "x", f"x={a}"], "--paired pairs gapo eval outputs: it needs --eval"),
+        (["--eval", "--paired", "x", f"x={a}", f"y={b}"], "scored different unseen lists: nothing to pair"),
+        (["--eval", "--paired", "x", f"x={a}", f"x={c}", f"y={a}", f"y={c}", f"y={a}"], "y has 3 runs and x 2"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            transfer_table.main(argv)
+        assert exit_.value.code == 2
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert match in err, err

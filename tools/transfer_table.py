@@ -17,13 +17,19 @@ stderr, never dropped unsaid.
 results/diagnosis/depth/run.sh writes): a row per model scored, each set's mean JSD with its bootstrap interval, the
 JSD among valid answers, the invalid share and how many lists have a top share over 2/L + 0.05 (issue 19's collapse
 line); recipes with two runs or more get a row of their mean ± half the range. It is how a training run scored as
-the uniformity stage scores GAPO is compared with the pipeline's own adapter, scored the same way.
+the uniformity stage scores GAPO is compared with the pipeline's own adapter, scored the same way. With `--paired
+RECIPE` a second table sets each other recipe's runs against RECIPE's, list by list (each run against the one in the
+same place on the command line, or against RECIPE's only run): the mean paired difference in JSD and the lists lower,
+per set. Both models answer the same lists with the same sampling seed, so a difference too small for the intervals
+shows when most lists share it.
 
     python tools/transfer_table.py linear=runs/item4/linear_s0 linear=runs/item4/linear_s1 \
         constant=runs/item4/constant_s0 constant=runs/item4/constant_s1
     python tools/transfer_table.py --figure results/gpu/item5/curves.png "lr 1e-4=results/gpu/item5/constant_s0" ...
     python tools/transfer_table.py --by-step k64=runs/transfer/k64_committed_s0 k64=runs/transfer/k64_committed_s1
     python tools/transfer_table.py --eval "64 lists=results/diagnosis/depth/k64_s0" "64 lists=.../k64_s1"
+    python tools/transfer_table.py --eval --paired gapo gapo=results/diagnosis/pipeline_sft/gapo_pipeline \
+        sft=results/diagnosis/pipeline_sft/cos300_s0 sft=results/diagnosis/pipeline_sft/cos300_s1
 """
 
 from __future__ import annotations
@@ -213,6 +219,7 @@ def read_eval(path: str | Path) -> list[dict[str, Any]]:
             row[name]["ci"] = (means["mean_jsd_ci_low"], means["mean_jsd_ci_high"])
             row[name]["collapsed"] = sum(collapsed(r["top_share"], r["num_items"]) for r in lists)
             row[name]["lists"] = len(lists)
+            row[name]["per_list"] = {r["category"]: r["jsd"] for r in lists if "category" in r}
         if not any(name in row for name in EVAL_SETS):
             raise ValueError(f"{file}: no lists or held-in scores for {model} (gapo eval --suite lists --heldin)")
         rows.append(row)
@@ -251,15 +258,75 @@ def eval_table(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired(row: dict[str, Any], base: dict[str, Any], name: str) -> tuple[float, int, int] | None:
+    """`row`'s JSD less `base`'s on the lists both scored in set `name` (by the list's category): the mean difference,
+    how many lists `row` is lower on, and how many lists. Why paired: both models answer the same lists with the same
+    sampling seed, so the lists' own spread (0.02 to 0.4 apart) drops out and a difference a few lists share shows.
+    None where either did not score the set; a list only one of them scored is an error (not the same suite)."""
+    if name not in row or name not in base:
+        return None
+    mine, theirs = row[name]["per_list"], base[name]["per_list"]
+    if set(mine) != set(theirs) or not mine:
+        raise ValueError(f"{row['path']} and {base['path']} scored different {name} lists: nothing to pair")
+    differences = [mine[category] - theirs[category] for category in theirs]
+    return sum(differences) / len(differences), sum(d < 0 for d in differences), len(differences)
+
+
+def paired_table(runs: dict[str, list[dict[str, Any]]], base: str) -> str:
+    """Each run of every recipe but `base` against `base`'s run in the same place on the command line (the same seed
+    when both name their seeds in one order), or against its only run: per set the mean paired difference in JSD
+    (negative: more even than the base) and the lists lower. Per recipe with two runs or more, the mean ± half the
+    range of the paired means, as the main table gives its means."""
+    reference = runs[base]
+    lines = [
+        "| recipe | run | against | "
+        + " | ".join(f"{s}: paired JSD difference | {s}: lists lower" for s in EVAL_SETS)
+        + " |",
+        "|" + "---|" * (3 + 2 * len(EVAL_SETS)),
+    ]
+    for recipe, rows in runs.items():
+        if recipe == base:
+            continue
+        if len(reference) > 1 and len(rows) > len(reference):
+            raise ValueError(f"{recipe} has {len(rows)} runs and {base} {len(reference)}: pair them one to one")
+        means: dict[str, list[float]] = defaultdict(list)
+        for index, row in enumerate(rows):
+            against = reference[index if len(reference) > 1 else 0]
+            cells = []
+            for name in EVAL_SETS:
+                pair = paired(row, against, name)
+                if pair is None:
+                    cells += ["-", "-"]
+                    continue
+                means[name].append(pair[0])
+                cells += [f"{pair[0]:+.3f}", f"{pair[1]} of {pair[2]}"]
+            lines.append(f"| {recipe} | {row['path']} | {against['path']} | " + " | ".join(cells) + " |")
+        if len(rows) > 1:
+            cells = []
+            for name in EVAL_SETS:
+                values = means[name]
+                cells += ["**{:+.3f}** ±{:.3f}".format(*band(values)) if len(values) > 1 else "-", "-"]
+            lines.append(f"| {recipe}, mean of {len(rows)} | - | {base} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", metavar="RECIPE=DIR")
     parser.add_argument("--figure", type=Path, default=None, help="also draw each recipe's curves to this PNG")
     parser.add_argument("--by-step", action="store_true", help="a row per recipe and scored step (a learning curve)")
     parser.add_argument("--eval", action="store_true", help="each DIR is a `gapo eval` output (eval.json), not a run")
+    parser.add_argument(
+        "--paired",
+        metavar="RECIPE",
+        default=None,
+        help="with --eval: also each other recipe's runs against RECIPE's, list by list (paired differences)",
+    )
     args = parser.parse_args(argv)
     if args.eval and (args.by_step or args.figure is not None):
         parser.error("--eval makes one table of end scores: no --by-step or --figure")
+    if args.paired is not None and not args.eval:
+        parser.error("--paired pairs gapo eval outputs: it needs --eval")
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for item in args.runs:
         recipe, sep, directory = item.rpartition("=")  # the last "=": a recipe may be named "k=64"
@@ -273,7 +340,14 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError) as exc:
             parser.error(f"{directory}: not a {'gapo eval output' if args.eval else 'list_transfer run'} ({exc})")
     if args.eval:
+        if args.paired is not None and args.paired not in runs:
+            parser.error(f"--paired {args.paired}: no such recipe (the recipes: {', '.join(runs)})")
         print(eval_table(runs), end="")
+        if args.paired is not None:
+            try:
+                print("\n" + paired_table(runs, args.paired), end="")
+            except ValueError as exc:
+                parser.error(str(exc))
         return 0
     print(by_step_table(runs) if args.by_step else table(runs), end="")
     for note in step_notes(runs):
