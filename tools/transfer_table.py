@@ -343,12 +343,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval:
         if args.paired is not None and args.paired not in runs:
             parser.error(f"--paired {args.paired}: no such recipe (the recipes: {', '.join(runs)})")
-        print(eval_table(runs), end="")
-        if args.paired is not None:
+        second = ""
+        if args.paired is not None:  # before anything is printed: a refusal leaves no half-written output behind
             try:
-                print("\n" + paired_table(runs, args.paired), end="")
+                second = "\n" + paired_table(runs, args.paired)
             except ValueError as exc:
                 parser.error(str(exc))
+        print(eval_table(runs) + second, end="")
         return 0
     print(by_step_table(runs) if args.by_step else table(runs), end="")
     for note in step_notes(runs):
