@@ -202,8 +202,9 @@ def _lists(path: Path, jsd: dict[str, list[float]]) -> str:
 def test_paired_differences_are_list_by_list_and_seed_by_seed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`--paired BASE`: each run less BASE's run in the same place, list by list (the mean difference and the lists
-    lower), a recipe's runs as mean ± half the range; against a base of one run every run pairs with it."""
+    """`--paired BASE`: each run less BASE's run in the same place, list by list (the mean difference with its
+    interval over the lists, and the lists lower), a recipe's runs as mean ± half the range; against a base of one
+    run every run pairs with it."""
     base0 = _lists(tmp_path / "b0", {"unseen": [0.2, 0.4, 0.1], "heldin": [0.3, 0.3]})
     base1 = _lists(tmp_path / "b1", {"unseen": [0.2, 0.2, 0.2], "heldin": [0.1, 0.5]})
     run0 = _lists(tmp_path / "r0", {"unseen": [0.1, 0.5, 0.0], "heldin": [0.3, 0.2]})
@@ -213,9 +214,15 @@ def test_paired_differences_are_list_by_list_and_seed_by_seed(
     second = capsys.readouterr().out.split("\n\n")[1].splitlines()[2:]
     cells = [[cell.strip() for cell in line.split("|")[1:-1]] for line in second]
     # run0 - base0: unseen (-0.1, +0.1, -0.1) -> -0.033, 2 lower; heldin (0, -0.1) -> -0.05, 1 lower (0 is not lower)
-    assert cells[0] == ["r", run0, base0, "-0.033", "2 of 3", "-0.050", "1 of 2"]
-    # run1 - base1: unseen 0 on every list; heldin (+0.1, -0.3) -> -0.1
-    assert cells[1] == ["r", run1, base1, "+0.000", "0 of 3", "-0.100", "1 of 2"]
+    assert [cells[0][i] for i in (0, 1, 2, 4, 6)] == ["r", run0, base0, "2 of 3", "1 of 2"]
+    # each mean with its bootstrap interval over the lists: inside the lists' own differences, around the mean
+    expected = ((-0.033, -0.1, 0.1), (-0.05, -0.1, 0.0))  # (mean, least difference, largest difference)
+    for cell, (mean, least, most) in zip((cells[0][3], cells[0][5]), expected, strict=True):
+        shown, low, high = (float(x) for x in cell.replace("[", "").replace("]", "").replace(",", "").split())
+        assert shown == mean and least <= low <= mean <= high <= most, cell
+    assert cells[0][5] != "-0.050 [-0.050, -0.050]"  # lists that disagree leave doubt
+    # run1 - base1: unseen 0 on every list, so no doubt at all; heldin (+0.1, -0.3) -> -0.1
+    assert cells[1] == ["r", run1, base1, "+0.000 [+0.000, +0.000]", "0 of 3", "-0.100 [-0.300, +0.100]", "1 of 2"]
     assert cells[2] == ["r, mean of 2", "-", "b", "**-0.017** ±0.017", "-", "**-0.075** ±0.025", "-"]
     assert transfer_table.main(["--eval", "--paired", "b", f"b={base0}", f"r={run0}", f"r={run1}"]) == 0
     against = [line.split("|")[3].strip() for line in capsys.readouterr().out.split("\n\n")[1].splitlines()[2:4]]

@@ -19,9 +19,11 @@ JSD among valid answers, the invalid share and how many lists have a top share o
 line); recipes with two runs or more get a row of their mean ± half the range. It is how a training run scored as
 the uniformity stage scores GAPO is compared with the pipeline's own adapter, scored the same way. With `--paired
 RECIPE` a second table sets each other recipe's runs against RECIPE's, list by list (each run against the one in the
-same place on the command line, or against RECIPE's only run): the mean paired difference in JSD and the lists lower,
-per set. Both models answer the same lists with the same sampling seed, so a difference too small for the intervals
-shows when most lists share it.
+same place on the command line, or against RECIPE's only run): the mean paired difference in JSD with its 95%
+bootstrap interval over the lists (`paired_difference_interval`, the benchmarks' paired interval, resampling lists as
+it resamples problems) and the lists lower, per set. Both models answer the same lists with the same sampling seed, so
+a difference too small for the intervals shows when most lists share it. The interval says how far the lists agree on
+the difference, not how far another seed would move it: that is the recipe row's ± over seeds.
 
     python tools/transfer_table.py linear=runs/item4/linear_s0 linear=runs/item4/linear_s1 \
         constant=runs/item4/constant_s0 constant=runs/item4/constant_s1
@@ -258,30 +260,35 @@ def eval_table(runs: dict[str, list[dict[str, Any]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def paired(row: dict[str, Any], base: dict[str, Any], name: str) -> tuple[float, int, int] | None:
+def paired(row: dict[str, Any], base: dict[str, Any], name: str) -> tuple[float, float, float, int, int] | None:
     """`row`'s JSD less `base`'s on the lists both scored in set `name` (by the list's category): the mean difference,
-    how many lists `row` is lower on, and how many lists. Why paired: both models answer the same lists with the same
-    sampling seed, and lists differ among themselves far more than two models do (the committed GAPO's unseen lists
-    run from 0.06 to 0.28), so taken list by list that spread drops out and a difference most lists share shows.
-    None where either did not score the set; a list only one of them scored is an error (not the same suite)."""
+    its 95% bootstrap interval over the lists (low, high), how many lists `row` is lower on, and how many lists. Why
+    paired: both models answer the same lists with the same sampling seed, and lists differ among themselves far more
+    than two models do (the committed GAPO's unseen lists run from 0.06 to 0.28), so taken list by list that spread
+    drops out and a difference most lists share shows. None where either did not score the set; a list only one of
+    them scored is an error (not the same suite)."""
+    # the benchmarks' paired interval (lists stand where its problems do); imported here, as lm-eval comes with it
+    from gapo.repro.benchmarks.harness import paired_difference_interval
+
     if name not in row or name not in base:
         return None
     mine, theirs = row[name]["per_list"], base[name]["per_list"]
     if set(mine) != set(theirs) or not mine:
         raise ValueError(f"{row['path']} and {base['path']} scored different {name} lists: nothing to pair")
-    differences = [mine[category] - theirs[category] for category in theirs]
-    return sum(differences) / len(differences), sum(d < 0 for d in differences), len(differences)
+    order = sorted(theirs)
+    mean, low, high = paired_difference_interval([mine[c] for c in order], [theirs[c] for c in order])
+    return mean, low, high, sum(mine[c] < theirs[c] for c in order), len(order)
 
 
 def paired_table(runs: dict[str, list[dict[str, Any]]], base: str) -> str:
     """Each run of every recipe but `base` against `base`'s run in the same place on the command line (the same seed
     when both name their seeds in one order), or against its only run: per set the mean paired difference in JSD
-    (negative: more even than the base) and the lists lower. Per recipe with two runs or more, the mean ± half the
-    range of the paired means, as the main table gives its means."""
+    (negative: more even than the base) with its 95% interval over the lists, and the lists lower. Per recipe with
+    two runs or more, the mean ± half the range of the paired means, as the main table gives its means."""
     reference = runs[base]
     lines = [
         "| recipe | run | against | "
-        + " | ".join(f"{s}: paired JSD difference | {s}: lists lower" for s in EVAL_SETS)
+        + " | ".join(f"{s}: paired JSD difference [95%] | {s}: lists lower" for s in EVAL_SETS)
         + " |",
         "|" + "---|" * (3 + 2 * len(EVAL_SETS)),
     ]
@@ -299,8 +306,9 @@ def paired_table(runs: dict[str, list[dict[str, Any]]], base: str) -> str:
                 if pair is None:
                     cells += ["-", "-"]
                     continue
-                means[name].append(pair[0])
-                cells += [f"{pair[0]:+.3f}", f"{pair[1]} of {pair[2]}"]
+                mean, low, high, lower, lists = pair
+                means[name].append(mean)
+                cells += [f"{mean:+.3f} [{low:+.3f}, {high:+.3f}]", f"{lower} of {lists}"]
             lines.append(f"| {recipe} | {row['path']} | {against['path']} | " + " | ".join(cells) + " |")
         if len(rows) > 1:
             cells = []
