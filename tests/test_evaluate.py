@@ -19,6 +19,7 @@ from vllm_fixtures import vllm_server
 from gapo.cli import main
 from gapo.repro import evaluate
 from gapo.repro.prompts import HELDIN_LISTS
+from gapo.repro.prompts import OPEN_SET_PROMPTS as PAPER
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,6 +98,18 @@ def test_lists_and_questions_files_are_read_as_yaml_or_jsonl(tmp_path: Path) -> 
     assert evaluate.read_questions(tmp_path / "q.yaml") == {"river": "Name a river."}
 
 
+def test_own_questions_have_no_paper_mean(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    """With ``--questions FILE`` none of the paper's questions is asked: no paper's-ten mean, "-" in its row."""
+    (tmp_path / "q.yaml").write_text("- name: river\n  question: Name a river.\n")
+    argv = ["--model", "tiny-random", "--suite", "open", "--questions", str(tmp_path / "q.yaml"), "-n", "2"]
+    assert main(["eval", *argv, "--max-new-tokens", "2", "--out", str(tmp_path / "ev")]) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[2:]}
+    assert rows["open/unique_at_n_paper"] == ["-"] and rows["open/unique_at_n"] != ["-"]
+    doc = json.loads((tmp_path / "ev" / "eval.json").read_text())
+    assert "mean_unique_at_n_paper" not in doc["models"]["tiny-random"]
+    assert [r["category"] for r in doc["tables"]["open"]] == ["river"]
+
+
 def test_an_adapter_of_another_base_model_is_one_line(capsys, tmp_path: Path) -> None:  # noqa: ANN001
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -152,6 +165,11 @@ def test_eval_on_tiny_random_with_compare_writes_every_output(tmp_path: Path, ca
     for key in ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_top_share", "mean_unique_at_n"):
         assert key in first and first[key] == second[key]
     assert second["mean_jsd_diff"] == 0 and second["mean_unique_at_n_diff"] == 0
+    # Unique@n over the paper's ten questions alone (the number its Table 8 reports), beside the mean over all asked
+    paper = [r["unique_at_n"] for r in doc["tables"]["open"] if r["model"] == "tiny-random" and r["category"] in PAPER]
+    assert len(paper) == len(PAPER) < len(doc["tables"]["open"]) // 2
+    assert first["mean_unique_at_n_paper"] == pytest.approx(sum(paper) / len(paper))
+    assert second["mean_unique_at_n_paper_diff"] == 0 == second["mean_unique_at_n_paper_diff_ci_low"]
     # the held-in lists apart (issue 34): their own summary and paired differences, never merged into the unseen ones
     assert first["heldin"]["mean_jsd"] == second["heldin"]["mean_jsd"] and second["heldin"]["mean_jsd_diff"] == 0
     assert [r["category"] for r in doc["tables"]["heldin"]] == list(HELDIN_LISTS) * 2

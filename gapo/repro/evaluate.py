@@ -13,7 +13,9 @@ Suites (the same experiment functions as the pipeline's stages, `gapo.repro.expe
   (`gapo.repro.prompts.HELDIN_LISTS`), reported apart as ``heldin/...``, so that a model that learned its training
   categories can be told from one that learned nothing.
 - ``open``: the paper's open questions plus lexicon-checked categories (or ``--questions FILE``): Unique@n,
-  valid-unique@n and the discovery curve (`experiments.open_set`).
+  valid-unique@n and the discovery curve (`experiments.open_set`). ``unique_at_n`` is the mean over every question
+  asked; ``unique_at_n_paper`` over the paper's ten alone, the number its Table 8 and the pipeline's open_set stage
+  report (asked with the default questions only).
 - ``creativity``: the paper's prompts: embedding distance and 1 - Self-BLEU with intervals (`experiments.creativity`).
 
 ``--compare M2[:ADAPTER]`` samples a second model on the same prompts, n and seeds and adds ``<metric>_diff`` (second
@@ -56,7 +58,7 @@ from gapo.repro.provenance import environment
 from gapo.repro.sampling import chat_completions_url, make_sampler
 from gapo.repro.sampling.cli import add_decoding_args, add_model_args, sampler_settings
 from gapo.repro.sampling.params import SamplingError, one_line
-from gapo.repro.stages.open_set import asked_questions
+from gapo.repro.stages.open_set import asked_questions, paper_unique
 
 SUITES = ("lists", "open", "creativity")
 #: Scored with suite ``lists`` on the paper's lists: the held-in lists, under ``heldin`` in eval.json.
@@ -65,11 +67,13 @@ HELDIN = "heldin"
 MAX_NEW_TOKENS = {"lists": 32, HELDIN: 32, "open": 32, "creativity": 256}
 #: Open categories with a lexicon asked beside the paper's questions, as the pipeline's open_set stage (params.yaml).
 CHECKED_CATEGORIES = ("country", "chemical element", "color")
+#: Unique@n over the paper's open questions alone (`open_set.paper_unique`): the extra checked categories are ours.
+PAPER_UNIQUE = "mean_unique_at_n_paper"
 #: The headline metrics printed per suite, in order (each with its interval where the experiment reports one).
 HEADLINES = {
     "lists": ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_coverage", "mean_top_share"),
     HELDIN: ("mean_invalid", "mean_jsd", "mean_jsd_valid", "mean_top_share"),
-    "open": ("mean_unique_at_n", "mean_valid_unique_at_n", "mean_answer_rate"),
+    "open": ("mean_unique_at_n", PAPER_UNIQUE, "mean_valid_unique_at_n", "mean_answer_rate"),
     "creativity": ("mean_embedding_distance", "mean_one_minus_self_bleu"),
 }
 
@@ -343,6 +347,8 @@ def run_suites(sampler: Any, plan: Plan, args: argparse.Namespace) -> dict[str, 
                 prompts=plan.questions or asked_questions(None, list(CHECKED_CATEGORIES)),
                 seed=args.seed,
             )
+            if not plan.questions:
+                results[suite].summary[PAPER_UNIQUE] = paper_unique(results[suite], None)
         else:
             results[suite] = experiments.creativity(
                 sampler,
@@ -368,6 +374,20 @@ def evaluate(plan: Plan, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
+def paper_unique_diff(base: Any, other: Any, args: argparse.Namespace) -> dict[str, float]:
+    """`PAPER_UNIQUE`'s paired difference (``other`` less ``base``) and interval, as `compare` gives every metric's:
+    the same resamples of each question's answers, averaged over the paper's questions alone."""
+    rows = [i for i, name in enumerate(base.config["prompts"]) if name in ep.OPEN_SET_PROMPTS]
+    a = experiments.replicates_of(base, args.resamples, args.seed)["unique_at_n"][rows]
+    b = experiments.replicates_of(other, args.resamples, args.seed)["unique_at_n"][rows]
+    diff = experiments.interval(b.mean(axis=0) - a.mean(axis=0))
+    return {
+        f"{PAPER_UNIQUE}_diff": diff.estimate,
+        f"{PAPER_UNIQUE}_diff_ci_low": diff.low,
+        f"{PAPER_UNIQUE}_diff_ci_high": diff.high,
+    }
+
+
 def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     """eval.json: ``models`` (every suite's summary merged per model; the compared model's ``_diff`` keys),
     ``settings`` and ``tables`` (per list, per question, the discovery curves, per creative prompt)."""
@@ -381,6 +401,8 @@ def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argpars
     if len(keys) == 2:
         for suite in plan.suites:
             diff = compare(results[keys[0]][suite], results[keys[1]][suite], args.resamples, args.seed)
+            if suite == "open" and PAPER_UNIQUE in results[keys[0]][suite].summary:
+                diff.update(paper_unique_diff(results[keys[0]][suite], results[keys[1]][suite], args))
             (models[keys[1]][HELDIN] if suite == HELDIN else models[keys[1]]).update(diff)
     tables: dict[str, Any] = {}
     for suite, name, table in (
