@@ -374,12 +374,12 @@ def evaluate(plan: Plan, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
-def paper_unique_diff(base: Any, other: Any, args: argparse.Namespace) -> dict[str, float]:
+def paper_unique_diff(base: Any, other: Any, resamples: int = 1000, seed: int = 0) -> dict[str, float]:
     """`PAPER_UNIQUE`'s paired difference (``other`` less ``base``) and interval, as `compare` gives every metric's:
     the same resamples of each question's answers, averaged over the paper's questions alone."""
     rows = [i for i, name in enumerate(base.config["prompts"]) if name in ep.OPEN_SET_PROMPTS]
-    a = experiments.replicates_of(base, args.resamples, args.seed)["unique_at_n"][rows]
-    b = experiments.replicates_of(other, args.resamples, args.seed)["unique_at_n"][rows]
+    a = experiments.replicates_of(base, resamples, seed)["unique_at_n"][rows]
+    b = experiments.replicates_of(other, resamples, seed)["unique_at_n"][rows]
     diff = experiments.interval(b.mean(axis=0) - a.mean(axis=0))
     return {
         f"{PAPER_UNIQUE}_diff": diff.estimate,
@@ -400,9 +400,10 @@ def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argpars
             models[key][HELDIN] = dict(results[key][HELDIN].summary)
     if len(keys) == 2:
         for suite in plan.suites:
-            diff = compare(results[keys[0]][suite], results[keys[1]][suite], args.resamples, args.seed)
-            if suite == "open" and PAPER_UNIQUE in results[keys[0]][suite].summary:
-                diff.update(paper_unique_diff(results[keys[0]][suite], results[keys[1]][suite], args))
+            base, other = results[keys[0]][suite], results[keys[1]][suite]
+            diff = compare(base, other, args.resamples, args.seed)
+            if suite == "open" and PAPER_UNIQUE in base.summary:
+                diff.update(paper_unique_diff(base, other, args.resamples, args.seed))
             (models[keys[1]][HELDIN] if suite == HELDIN else models[keys[1]]).update(diff)
     tables: dict[str, Any] = {}
     for suite, name, table in (
