@@ -167,12 +167,18 @@ def params_values(params: str, section: str, no_params: bool = False) -> dict[st
     return {}
 
 
-def warmup_problem(warmup: Any) -> str | None:
-    """The one-line message when `warmup` is not a warmup both `gapo train` and `gapo sft` read alike; None when it is.
+#: transformers' schedules that never read `warmup_steps` (its `get_scheduler` returns them before it looks).
+NO_WARMUP_SCHEDULES = ("constant", "reduce_lr_on_plateau", "greedy")
+
+
+def warmup_problem(warmup: Any, schedule: Any) -> str | None:
+    """The one-line message when `warmup` is not a warmup both `gapo train` and `gapo sft` read alike under the
+    learning-rate schedule `schedule` (a name or transformers' `SchedulerType`); None when it is.
 
     Why one rule for both: transformers reads `warmup_steps` as whole steps at 1 or more and as a share of the run
-    below 1, so 2.5 has no meaning (it would be truncated), and GAPOConfig and SFTConfig must refuse the same values
-    with the same words."""
+    below 1, so 2.5 has no meaning (it would be truncated); and under `constant` it never reads it, so a recipe that
+    names a warmup there would silently train without one. GAPOConfig and SFTConfig must refuse the same values with
+    the same words."""
     if (
         isinstance(warmup, bool)
         or not isinstance(warmup, int | float)
@@ -180,6 +186,12 @@ def warmup_problem(warmup: Any) -> str | None:
         or (warmup >= 1 and warmup != int(warmup))
     ):
         return f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
+    name = str(getattr(schedule, "value", schedule))
+    if warmup and name in NO_WARMUP_SCHEDULES:
+        return (
+            f"warmup_steps needs a schedule that warms up (constant_with_warmup, linear, cosine); {name} has none: "
+            f"set warmup_steps 0 or another schedule, got warmup_steps {warmup!r}"
+        )
     return None
 
 

@@ -203,7 +203,7 @@ def config_problem(args: GAPOConfig) -> str | None:
         return f"max_steps must be a positive integer (or -1: train num_train_epochs epochs), got {steps!r}"
     if str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) not in SCHEDULERS:
         return f"lr_scheduler_type must be one of {', '.join(SCHEDULERS)}, got {args.lr_scheduler_type!r}"
-    if (problem := warmup_problem(args.warmup_steps)) is not None:
+    if (problem := warmup_problem(args.warmup_steps, args.lr_scheduler_type)) is not None:
         return problem
     scale = str(args.scale_rewards).lower()
     if scale not in SCALE_REWARDS:

@@ -61,6 +61,8 @@ def test_bad_input_is_one_line_before_loading(flags, message, tmp_path, capsys, 
         (["--lr-scheduler-type", "cosine_decay"], "invalid choice: 'cosine_decay' (choose from 'linear', 'cosine',"),
         (["--warmup-steps", "-1"], "warmup_steps must be a whole number of steps >= 0"),
         (["--warmup-steps", "2.5"], "warmup_steps must be a whole number of steps >= 0"),
+        # transformers' constant never reads it: refused, not silently trained without a warmup
+        (["--lr-scheduler-type", "constant", "--warmup-steps", "5"], "warmup_steps needs a schedule that warms up"),
         (["--num-iterations", "0"], "num_iterations must be a positive integer, got 0"),
         (["--scale-rewards", "std"], "scale_rewards must be one of group, batch, none"),
         # TRL reads loss_type only in its loss pass, after the model loads and a batch is sampled

@@ -184,16 +184,24 @@ def test_config_validation():
     assert SFTConfig(steps=40, lr_scheduler_type="linear", warmup_steps=0.05).warmup_step_count == 2
 
 
-@pytest.mark.parametrize("warmup", [-1, 2.5, True, "5"])
-def test_gapo_and_the_sft_refuse_a_warmup_with_the_same_line(warmup, tmp_path):  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("schedule", "warmup", "message"),
+    [
+        *(("cosine", w, "warmup_steps must be a whole number of steps >= 0") for w in (-1, 2.5, True, "5")),
+        # transformers' constant never reads warmup_steps: named there, it would silently train without a warmup
+        ("constant", 3, "warmup_steps needs a schedule that warms up (constant_with_warmup, linear, cosine); constant"),
+        ("constant", 0.05, "set warmup_steps 0 or another schedule, got warmup_steps 0.05"),
+    ],
+)
+def test_gapo_and_the_sft_refuse_a_warmup_with_the_same_line(schedule, warmup, message, tmp_path):  # noqa: ANN001
     from gapo.trainer import GAPOConfig
 
     with pytest.raises(ValueError) as sft_error:
-        SFTConfig(lr_scheduler_type="cosine", warmup_steps=warmup)
+        SFTConfig(lr_scheduler_type=schedule, warmup_steps=warmup)
     with pytest.raises(ValueError) as gapo_error:
-        GAPOConfig(output_dir=str(tmp_path), lr_scheduler_type="cosine", warmup_steps=warmup)
+        GAPOConfig(output_dir=str(tmp_path), lr_scheduler_type=schedule, warmup_steps=warmup)
     assert str(sft_error.value) == str(gapo_error.value)
-    assert str(sft_error.value).startswith("warmup_steps must be a whole number of steps >= 0")
+    assert message in str(sft_error.value)
 
 
 @pytest.mark.parametrize(

@@ -62,7 +62,8 @@ probability. The words a list's groups of 32 never hold (tools/item_probs.py: 3e
     python tools/list_transfer.py --lists 64 --steps 225 --sft-steps 128 --out runs/transfer/k64_sft   # SFT, then GAPO
     python tools/list_transfer.py --lists 64 --steps 1 --sft-steps 448 --sft-set lr_scheduler_type=cosine --out DIR
     python tools/list_transfer.py --lists 8 --steps 120 --shuffle-items --out runs/visits/k8_shuffled  # any order
-    python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --out runs/transfer/k64
+    python tools/list_transfer.py --lists 64 --steps 60 --set lr_scheduler_type=constant --set warmup_steps=0 \
+        --out runs/transfer/k64
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR  # a GPU
     python tools/list_transfer.py --lists 512 --steps 1000 --time-limit 420 --set warmup_steps=10 --out DIR --resume
     python tools/list_transfer.py --lists 64 --steps 450 --sft-steps 128 --out runs/transfer/k64_sft --resume  # to 450

@@ -71,6 +71,8 @@ def commands(out: Path, steps: int, n: int, model: str = "embedded") -> dict[str
             str(steps),
             "--lr-scheduler-type",
             "constant",
+            "--warmup-steps",
+            "0",
             "--output-dir",
             str(out / "gapo"),
         ],

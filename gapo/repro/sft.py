@@ -110,12 +110,8 @@ class SFTConfig:
             raise ValueError(f"lora_dropout must be in [0, 1), got {self.lora_dropout}")
         if self.lr_scheduler_type not in SCHEDULES:
             raise ValueError(f"lr_scheduler_type must be one of {', '.join(SCHEDULES)}, got {self.lr_scheduler_type!r}")
-        if (problem := warmup_problem(self.warmup_steps)) is not None:
+        if (problem := warmup_problem(self.warmup_steps, self.lr_scheduler_type)) is not None:
             raise ValueError(problem)
-        if self.warmup_steps and self.lr_scheduler_type == "constant":
-            raise ValueError(
-                "warmup_steps needs a schedule that warms up (constant_with_warmup, linear, cosine); constant has none"
-            )
 
     @property
     def warmup_step_count(self) -> int:
