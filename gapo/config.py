@@ -171,6 +171,12 @@ def params_values(params: str, section: str, no_params: bool = False) -> dict[st
 NO_WARMUP_SCHEDULES = ("constant", "reduce_lr_on_plateau", "greedy")
 
 
+def schedule_name(schedule: Any) -> str:
+    """A learning-rate schedule's name, given as a string or as transformers' `SchedulerType` (a str Enum, whose
+    `str()` reads ``SchedulerType.COSINE``): how GAPOConfig and SFTConfig read `lr_scheduler_type`."""
+    return str(getattr(schedule, "value", schedule))
+
+
 def warmup_problem(warmup: Any, schedule: Any) -> str | None:
     """The one-line message when `warmup` is not a warmup both `gapo train` and `gapo sft` read alike under the
     learning-rate schedule `schedule` (a name or transformers' `SchedulerType`); None when it is.
@@ -186,7 +192,7 @@ def warmup_problem(warmup: Any, schedule: Any) -> str | None:
         or (warmup >= 1 and warmup != int(warmup))
     ):
         return f"warmup_steps must be a whole number of steps >= 0 or a fraction of the run in [0, 1), got {warmup!r}"
-    name = str(getattr(schedule, "value", schedule))
+    name = schedule_name(schedule)
     if warmup and name in NO_WARMUP_SCHEDULES:
         return (
             f"warmup_steps needs a schedule that warms up (constant_with_warmup, linear, cosine); {name} has none: "

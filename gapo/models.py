@@ -191,15 +191,34 @@ def save_merged(name: str, adapter: str | Path, out: str | Path) -> None:
     loads it there, so the merged weights are the adapted model's own."""
     model, tokenizer = load_model_and_tokenizer(name, adapter=str(adapter))
     model.merge_and_unload().save_pretrained(str(out))
+    save_tokenizer(tokenizer, out)
+
+
+#: tokenizer_config.json keys that record how the tokenizer was loaded, not what it is: transformers sets
+#: `local_files_only` from HF_HUB_OFFLINE at load time and writes it back on save.
+LOAD_TIME_KEYS: tuple[str, ...] = ("local_files_only",)
+
+
+def save_tokenizer(tokenizer: Any, out: str | Path) -> None:
+    """Save `tokenizer` to `out` without `LOAD_TIME_KEYS`, in transformers' own layout.
+
+    Why: a model or adapter directory is a DVC output; with the load-time keys in it, the same tokenizer saved with
+    and without HF_HUB_OFFLINE set (the Makefile sets it, a bare `dvc repro` does not) hashes differently, and every
+    stage that reads the directory re-runs for nothing."""
     tokenizer.save_pretrained(str(out))
+    path = Path(out) / "tokenizer_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    if any(key in config for key in LOAD_TIME_KEYS):
+        kept = {k: v for k, v in config.items() if k not in LOAD_TIME_KEYS}
+        path.write_text(json.dumps(kept, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def sort_target_modules(path: Path) -> None:
     """Rewrite a saved adapter_config.json with `target_modules` sorted, in PEFT's own layout (indent 2, sorted keys).
 
     Why: PEFT holds the target modules as a set and writes them in that set's order, which follows the process's string
-    hash seed. Unsorted, two runs that train the same weights write different files, so models/sft's DVC hash changes
-    and `dvc repro` re-runs every stage that reads it for nothing."""
+    hash seed. Unsorted, two runs that train the same weights write different files, so an adapter's DVC hash
+    (models/sft, models/gapo) changes and `dvc repro` re-runs every stage that reads it for nothing."""
     config = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(config.get("target_modules"), list):
         config["target_modules"] = sorted(config["target_modules"])

@@ -328,7 +328,10 @@ def train(
 def save_adapter(trainer: Any, tokenizer: Any, target: Path) -> None:
     """Write the trained adapter to `target` atomically, every process taking part: under FSDP the LoRA weights are
     sharded and `Trainer.save_model` gathers them (a main-process `save_pretrained` of a shard crashes). The staging
-    folder is named like `gapo.io`'s temp folders, so a resume after a kill removes it."""
+    folder is named like `gapo.io`'s temp folders, so a resume after a kill removes it.
+
+    The same weights give the same bytes (`models.sort_target_modules`, `models.save_tokenizer`): the pipeline's
+    adapters are DVC outputs, and a re-run that trains them again must not re-run the stages that read them."""
     accelerator = trainer.accelerator
     staging = target.parent / f".{target.name}.save{TEMP_SUFFIX}"
     if accelerator.is_main_process:
@@ -341,7 +344,8 @@ def save_adapter(trainer: Any, tokenizer: Any, target: Path) -> None:
             for path in staging.iterdir():
                 if path.name != "training_args.bin":  # the Trainer's own pickle; the adapter does not need it
                     shutil.move(str(path), tmp / path.name)
-            tokenizer.save_pretrained(str(tmp))
+            models.sort_target_modules(tmp / "adapter_config.json")
+            models.save_tokenizer(tokenizer, tmp)
         shutil.rmtree(staging, ignore_errors=True)
 
 

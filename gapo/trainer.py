@@ -36,7 +36,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from gapo import defaults, prefix
 from gapo.backends import BACKENDS, cpu_has_bf16, reload_colocated_weights
-from gapo.config import warmup_problem
+from gapo.config import schedule_name, warmup_problem
 from gapo.metrics import zero_std_groups
 from gapo.rewards import (
     SCALE_REWARDS,
@@ -201,7 +201,7 @@ def config_problem(args: GAPOConfig) -> str | None:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < -1 or not steps:
         # transformers reads any max_steps <= 0 as "train num_train_epochs epochs": -3 would silently start 3 epochs
         return f"max_steps must be a positive integer (or -1: train num_train_epochs epochs), got {steps!r}"
-    if str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)) not in SCHEDULERS:
+    if schedule_name(args.lr_scheduler_type) not in SCHEDULERS:
         return f"lr_scheduler_type must be one of {', '.join(SCHEDULERS)}, got {args.lr_scheduler_type!r}"
     if (problem := warmup_problem(args.warmup_steps, args.lr_scheduler_type)) is not None:
         return problem

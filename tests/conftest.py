@@ -117,6 +117,26 @@ def tiny_gapo_trainer(tiny_gapo_args):  # noqa: ANN001, ANN201
     return make
 
 
+@pytest.fixture()
+def same_adapter_folders():  # noqa: ANN201
+    """Checks that two saved adapter folders hold the same files, byte for byte, in the layout that keeps them so:
+    `target_modules` sorted and no load-time key in the tokenizer's config (`gapo.models.save_tokenizer`)."""
+    import json
+    from pathlib import Path
+
+    from gapo.models import LOAD_TIME_KEYS
+
+    def check(first: Path, second: Path) -> None:
+        a, b = ({p.name: p.read_bytes() for p in Path(folder).iterdir()} for folder in (first, second))
+        assert sorted(a) == sorted(b) and "adapter_model.safetensors" in a
+        assert a == b
+        targets = json.loads(a["adapter_config.json"])["target_modules"]
+        assert len(targets) > 1 and targets == sorted(targets)
+        assert not set(LOAD_TIME_KEYS) & set(json.loads(a["tokenizer_config.json"]))
+
+    return check
+
+
 # The `vllm` tests' model, adapters, shared engine and `vllm serve` fixture (tests/vllm_fixtures.py).
 from vllm_fixtures import (  # noqa: E402, F401
     tiny_vllm_adapters,

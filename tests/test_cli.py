@@ -229,6 +229,21 @@ def test_train_writes_outputs_and_resumes_after_a_kill(tmp_path):  # noqa: ANN00
     assert again.returncode == 2 and "already holds a finished run" in again.stderr
 
 
+def test_a_retrained_adapter_is_the_same_bytes_whatever_hash_seed_and_offline_flag(tmp_path, same_adapter_folders):  # noqa: ANN001
+    """What keeps the stages that read models/gapo current when train_gapo runs again with the same weights: every
+    file of the adapter folder the same bytes, though PEFT keeps the target modules in a set (ordered by the process's
+    string hash seed) and transformers writes HF_HUB_OFFLINE into the tokenizer's config as `local_files_only`."""
+    folders = []
+    for hash_seed, offline in (("1", "1"), ("2", "0")):
+        out = tmp_path / hash_seed
+        cmd = [sys.executable, "-m", "gapo.cli", "train", *TINY, "--output-dir", str(out), "--max-steps", "1"]
+        env = dict(os.environ, PYTHONHASHSEED=hash_seed, HF_HUB_OFFLINE=offline)
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        folders.append(out / "adapter")
+    same_adapter_folders(*folders)
+
+
 @pytest.mark.parametrize("command", ["train", "sft", "data", "sample", "eval", "pipeline"])
 def test_every_command_has_help_and_a_bad_flag_is_one_line(command, capsys):  # noqa: ANN001
     with pytest.raises(SystemExit) as exit_info:

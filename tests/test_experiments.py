@@ -393,3 +393,11 @@ def test_compare_gives_paired_differences_with_known_signs():
     assert all(v == 0 for v in same.values())  # identical samples: a paired difference of exactly 0
     with pytest.raises(ValueError, match="differ in"):
         compare(base, uniformity(uniform, n=10, lists=lists))
+    # a metric over some groups, from the same resamples: the pair's list alone, and both lists as the whole metric
+    subsets = {"top_share_pair": ("top_share", [0]), "top_share_all": ("top_share", [0, 1])}
+    parts = compare(base, other, resamples=300, subsets=subsets)
+    assert parts["mean_top_share_pair_diff"] == pytest.approx(1.0 - 1 / 2)
+    assert 0 < parts["mean_top_share_pair_diff_ci_low"] <= 0.5 <= parts["mean_top_share_pair_diff_ci_high"]
+    assert {k: v for k, v in parts.items() if "_pair_" not in k and "_all_" not in k} == diff
+    for end in ("", "_ci_low", "_ci_high"):
+        assert parts[f"mean_top_share_all_diff{end}"] == diff[f"mean_top_share_diff{end}"]

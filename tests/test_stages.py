@@ -139,7 +139,10 @@ def test_train_gapo_stage_trains_every_policy_and_logs_each_step(root: Path, tra
     assert result.models == list(P["policies"])
     for name in P["policies"]:
         assert (root / "models" / "gapo" / name / "adapter_config.json").is_file()
-        assert (root / "models" / "gapo" / name / "train_summary.json").is_file()
+        saved = json.loads((root / "models" / "gapo" / name / "train_summary.json").read_text())
+        # no seconds and no resume flag: the same weights give the same DVC output, fresh or resumed
+        assert saved["steps"] == P["train"]["max_steps"] and "train_seconds" not in saved
+        assert "resume" not in saved["config"] and saved["config"]["max_steps"] == P["train"]["max_steps"]
     log = result.tables["train"]
     assert len(log) == P["train"]["max_steps"] * len(P["policies"]) and list(log["step"]) == [1, 2]
     assert list(log.columns) == [c for c in train_gapo.LOG_COLUMNS if c in log] and "rewards/mean" in log

@@ -374,18 +374,13 @@ def evaluate(plan: Plan, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
-def paper_unique_diff(base: Any, other: Any, resamples: int = 1000, seed: int = 0) -> dict[str, float]:
-    """`PAPER_UNIQUE`'s paired difference (``other`` less ``base``) and interval, as `compare` gives every metric's:
-    the same resamples of each question's answers, averaged over the paper's questions alone."""
-    rows = [i for i, name in enumerate(base.config["prompts"]) if name in ep.OPEN_SET_PROMPTS]
-    a = experiments.replicates_of(base, resamples, seed)["unique_at_n"][rows]
-    b = experiments.replicates_of(other, resamples, seed)["unique_at_n"][rows]
-    diff = experiments.interval(b.mean(axis=0) - a.mean(axis=0))
-    return {
-        f"{PAPER_UNIQUE}_diff": diff.estimate,
-        f"{PAPER_UNIQUE}_diff_ci_low": diff.low,
-        f"{PAPER_UNIQUE}_diff_ci_high": diff.high,
-    }
+def paper_subset(result: Any) -> dict[str, tuple[str, list[int]]] | None:
+    """`compare`'s subset for `PAPER_UNIQUE`'s paired difference: Unique@n over the paper's questions alone; None when
+    the run asked other questions (`--questions`), which has no paper's mean."""
+    if PAPER_UNIQUE not in result.summary:
+        return None
+    rows = [i for i, name in enumerate(result.config["prompts"]) if name in ep.OPEN_SET_PROMPTS]
+    return {PAPER_UNIQUE.removeprefix("mean_"): ("unique_at_n", rows)}
 
 
 def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
@@ -401,9 +396,7 @@ def document(results: Mapping[str, Mapping[str, Any]], plan: Plan, args: argpars
     if len(keys) == 2:
         for suite in plan.suites:
             base, other = results[keys[0]][suite], results[keys[1]][suite]
-            diff = compare(base, other, args.resamples, args.seed)
-            if suite == "open" and PAPER_UNIQUE in base.summary:
-                diff.update(paper_unique_diff(base, other, args.resamples, args.seed))
+            diff = compare(base, other, args.resamples, args.seed, paper_subset(base) if suite == "open" else None)
             (models[keys[1]][HELDIN] if suite == HELDIN else models[keys[1]]).update(diff)
     tables: dict[str, Any] = {}
     for suite, name, table in (

@@ -859,13 +859,20 @@ def replicates_of(result: ExperimentResult, resamples: int = 1000, seed: int = 0
     raise ValueError(f"no paired comparison for experiment {result.name!r}")
 
 
-def compare(base: ExperimentResult, other: ExperimentResult, resamples: int = 1000, seed: int = 0) -> dict[str, float]:
+def compare(
+    base: ExperimentResult,
+    other: ExperimentResult,
+    resamples: int = 1000,
+    seed: int = 0,
+    subsets: Mapping[str, tuple[str, Sequence[int]]] | None = None,
+) -> dict[str, float]:
     """``other`` minus ``base`` for each mean metric, with a paired 95% bootstrap interval.
 
     Both results come from the same experiment on the same prompts, n and seed (`gapo eval --compare`). Each group's
     samples are resampled at the same indices for both models (`bootstrap_draws`), so the interval is that of the
     paired difference. Keys: ``mean_<metric>_diff`` with ``_ci_low``/``_ci_high``, as the benchmarks stage writes
-    differences.
+    differences. `subsets` adds metrics over some of the groups, ``name -> (metric, group indices)`` (the open suite's
+    Unique@n over the paper's questions alone), read from the same resamples rather than drawn again.
     """
     if base.name != other.name:
         raise ValueError(f"cannot compare a {base.name} result with a {other.name} result")
@@ -873,6 +880,8 @@ def compare(base: ExperimentResult, other: ExperimentResult, resamples: int = 10
     if mismatch:
         raise ValueError(f"the two {base.name} runs differ in {mismatch}: a paired difference needs the same prompts")
     a, b = replicates_of(base, resamples, seed), replicates_of(other, resamples, seed)
+    for name, (metric, groups) in (subsets or {}).items():
+        a[name], b[name] = a[metric][list(groups)], b[metric][list(groups)]
     out: dict[str, float] = {}
     for metric in a:
         diff = interval(_group_mean(b[metric]) - _group_mean(a[metric]))

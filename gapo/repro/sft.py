@@ -54,7 +54,7 @@ from gapo import defaults
 from gapo.backends import lora_config
 from gapo.config import config_from_cli, warmup_problem
 from gapo.io import atomic_dir
-from gapo.models import load_model_and_tokenizer, sort_target_modules
+from gapo.models import load_model_and_tokenizer, save_tokenizer, sort_target_modules
 from gapo.prefix import Unsupported, log_once, mask_positions, shared_prompt_logps
 from gapo.repro.chat import render_prompt
 from gapo.tasks.lists import make_list_selection_dataset
@@ -311,7 +311,7 @@ def _save_adapter(model: Any, tokenizer: Any, config: SFTConfig, steps: dict[str
     with atomic_dir(target) as tmp:
         model.save_pretrained(str(tmp))
         sort_target_modules(tmp / CONFIG_NAME)
-        tokenizer.save_pretrained(str(tmp))
+        save_tokenizer(tokenizer, tmp)
         (tmp / "sft_config.json").write_text(json.dumps({"config": asdict(config), **steps}, indent=1))
     return target
 

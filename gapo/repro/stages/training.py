@@ -47,7 +47,9 @@ def train_adapter(
 
     The task's data and reward are checked first (`task_data`), so a bad setting leaves the run dir as it was. An
     interrupted run of the same config is resumed (`prepare_run_dir`): a killed `dvc repro` loses at most one
-    save interval. The summary is also written next to the adapter (``train_summary.json``).
+    save interval. The summary is also written next to the adapter (``train_summary.json``), less its seconds and its
+    config's `resume`: the adapter directory is a DVC output, and a re-run that trains the same weights, fresh or
+    resumed, must give the same bytes there (the seconds stay in the run dir's metrics.json and the stage's metrics).
     """
     script, args = config
     task_data(script, args, dataset)
@@ -58,7 +60,8 @@ def train_adapter(
     )
     summary = train(script, args, dataset)
     copy_dir(Path(args.output_dir) / "adapter", adapter)
-    write_json_atomic(Path(adapter) / "train_summary.json", summary, indent=2)
+    kept = {k: v for k, v in summary.items() if k != "train_seconds"} | {"config": _comparable(summary["config"])}
+    write_json_atomic(Path(adapter) / "train_summary.json", kept, indent=2)
     return summary
 
 
